@@ -1,0 +1,165 @@
+//! The C++ face of the publisher: the `cxx` bridge declarations, then thin adapters that turn
+//! its plain types into the crate's own. Nothing here does the work.
+//!
+//! Strings cross as byte slices, never `rust::Str`, so keys that are not UTF-8 reach the wire
+//! unchanged and nothing throws. The calls the master makes under its locks catch any panic
+//! here: a panic that reached C++ would abort the master.
+
+use crate::{Config, CreateError, MediumSet, Publisher, RemoveAllScan};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
+
+// The shared structs must be `pub` for the generated code, though nothing outside uses them.
+#[allow(unreachable_pub)]
+#[cxx::bridge(namespace = "mooncake::kv_events::bridge")]
+mod bridge {
+    /// Section 4's config, field for field.
+    #[derive(Debug)]
+    struct BridgeConfig {
+        enable_kv_events: bool,
+        bind_endpoint: String,
+        backend_id: String,
+        model_name: String,
+        block_size: u32,
+        additional_salt: String,
+        lora_name: String,
+        dp_rank: u32,
+        emit_object_key: bool,
+        emit_legacy_compat: bool,
+        queue_capacity: u32,
+    }
+
+    /// `crate::Stats`, field for field.
+    #[derive(Debug)]
+    struct BridgeStats {
+        enabled: bool,
+        published_batches: u64,
+        published_events: u64,
+        dropped_events: u64,
+        skipped_keyless_events: u64,
+        cleared_suppressed: u64,
+        send_failures: u64,
+        queue_depth: u64,
+        queue_capacity: u64,
+        last_sequence: u64,
+    }
+
+    extern "Rust" {
+        type RustPublisher;
+
+        /// Refuses an invalid config; the message names the field (`std::invalid_argument`).
+        fn validate_config(config: &BridgeConfig) -> Result<()>;
+        /// Creates a publisher from a valid config; fails when the endpoint cannot be bound
+        /// (`std::runtime_error`).
+        fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>>;
+
+        // Media sets cross as bits: 1 is cpu, 2 is disk.
+        fn on_put_commit(self: &RustPublisher, tenant: &[u8], key: &[u8], group: &[u8], media: u8);
+        fn on_medium_delta(
+            self: &RustPublisher,
+            tenant: &[u8],
+            key: &[u8],
+            group: &[u8],
+            before: u8,
+            after: u8,
+        );
+        fn begin_remove_all(self: &RustPublisher) -> u64;
+        fn on_remove_all(
+            self: &RustPublisher,
+            scan: u64,
+            tenant: &[u8],
+            objects_removed: u64,
+            objects_skipped: u64,
+        );
+        fn stats(self: &RustPublisher) -> BridgeStats;
+        fn status_json(self: &RustPublisher) -> String;
+        fn flush(self: &RustPublisher, timeout_ms: u64) -> bool;
+        fn shutdown(self: &RustPublisher);
+    }
+}
+
+use bridge::{BridgeConfig, BridgeStats};
+
+/// The publisher as C++ holds it.
+#[derive(Debug)]
+pub(crate) struct RustPublisher(Publisher);
+
+impl From<&BridgeConfig> for Config {
+    fn from(c: &BridgeConfig) -> Config {
+        Config {
+            enable_kv_events: c.enable_kv_events,
+            bind_endpoint: c.bind_endpoint.clone(),
+            backend_id: c.backend_id.clone(),
+            model_name: c.model_name.clone(),
+            block_size: c.block_size,
+            additional_salt: c.additional_salt.clone(),
+            lora_name: c.lora_name.clone(),
+            dp_rank: c.dp_rank,
+            emit_object_key: c.emit_object_key,
+            emit_legacy_compat: c.emit_legacy_compat,
+            queue_capacity: c.queue_capacity,
+        }
+    }
+}
+
+fn validate_config(config: &BridgeConfig) -> Result<(), CreateError> {
+    Config::from(config).validate()
+}
+
+fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>, CreateError> {
+    Publisher::create(&Config::from(config)).map(|p| Box::new(RustPublisher(p)))
+}
+
+/// Runs a call the master makes under its locks; a panic is swallowed rather than abort the
+/// master (the call's events are then lost; nothing here is known to panic).
+fn contained(call: impl FnOnce()) {
+    let _ = catch_unwind(AssertUnwindSafe(call));
+}
+
+impl RustPublisher {
+    fn on_put_commit(&self, tenant: &[u8], key: &[u8], group: &[u8], media: u8) {
+        contained(|| self.0.on_put_commit(tenant, key, group, MediumSet::from_bits(media)));
+    }
+
+    fn on_medium_delta(&self, tenant: &[u8], key: &[u8], group: &[u8], before: u8, after: u8) {
+        let (before, after) = (MediumSet::from_bits(before), MediumSet::from_bits(after));
+        contained(|| self.0.on_medium_delta(tenant, key, group, before, after));
+    }
+
+    fn begin_remove_all(&self) -> u64 {
+        catch_unwind(AssertUnwindSafe(|| self.0.begin_remove_all().id())).unwrap_or(0)
+    }
+
+    fn on_remove_all(&self, scan: u64, tenant: &[u8], objects_removed: u64, objects_skipped: u64) {
+        let scan = RemoveAllScan::from_id(scan);
+        contained(|| self.0.on_remove_all(&scan, tenant, objects_removed, objects_skipped));
+    }
+
+    fn stats(&self) -> BridgeStats {
+        let s = self.0.stats();
+        BridgeStats {
+            enabled: s.enabled,
+            published_batches: s.published_batches,
+            published_events: s.published_events,
+            dropped_events: s.dropped_events,
+            skipped_keyless_events: s.skipped_keyless_events,
+            cleared_suppressed: s.cleared_suppressed,
+            send_failures: s.send_failures,
+            queue_depth: s.queue_depth,
+            queue_capacity: s.queue_capacity,
+            last_sequence: s.last_sequence,
+        }
+    }
+
+    fn status_json(&self) -> String {
+        self.0.status_json()
+    }
+
+    fn flush(&self, timeout_ms: u64) -> bool {
+        self.0.flush(Duration::from_millis(timeout_ms))
+    }
+
+    fn shutdown(&self) {
+        self.0.shutdown();
+    }
+}

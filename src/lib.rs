@@ -1,0 +1,33 @@
+//! The KV event publisher of Mooncake's metadata master.
+//!
+//! The master calls a [`Publisher`] whenever an object becomes readable or stops being
+//! readable on a logical medium (`cpu` or `disk`); the publisher turns those calls into
+//! `stored`, `removed` and `cleared` events and publishes them, in msgpack batches, on a
+//! ZeroMQ PUB socket from its own thread, so that KV-aware routers and indexers can follow
+//! what the store holds. The wire format is written in `encode.rs`; SPEC.md is the contract.
+//!
+//! The C++ master links this crate through the `cxx` bridge in `ffi.rs` and the header
+//! `include/mooncake/kv_events.h`.
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    unsafe_op_in_unsafe_fn
+)]
+
+mod config;
+mod encode;
+mod event;
+mod ffi;
+mod media;
+mod publisher;
+mod queue;
+mod scan;
+mod stats;
+mod worker;
+
+pub use config::{Config, CreateError};
+pub use event::EventKind;
+pub use media::{Medium, MediumSet, ReplicaKind};
+pub use publisher::{Publisher, RemoveAllScan};
+pub use stats::Stats;

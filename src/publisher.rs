@@ -1,0 +1,300 @@
+//! The handle the master holds: the three calls, stats, flush and shutdown.
+
+use crate::config::{Config, CreateError};
+use crate::encode::Encoder;
+use crate::event::{ClearedEvent, ObjectEvents};
+use crate::media::MediumSet;
+use crate::queue::{EventQueue, Record};
+use crate::stats::{Counters, Stats};
+use crate::worker::Worker;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// Announces object availability per medium to the subscribers of one ZeroMQ PUB socket.
+///
+/// Created from a [`Config`]: a disabled config gives a publisher whose calls return at once
+/// and do nothing; an enabled one binds the socket and starts one publishing thread. The
+/// caller never needs to know which it holds.
+///
+/// The three calls may be made from any number of threads at once, typically under the
+/// master's metadata locks. Each builds its events in one allocation and pushes them onto a
+/// bounded lock-free queue as one record, so they stay contiguous in the stream and keep the
+/// calling thread's order. They never wait: when the queue is full the oldest call's events
+/// are dropped, counted, and show as a sequence gap. They make no system call unless the
+/// publishing thread sleeps.
+///
+/// Dropping the publisher sends what is queued within a bounded linger and joins the thread.
+///
+/// ```no_run
+/// use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+/// let publisher = Publisher::create(&Config {
+///     enable_kv_events: true,
+///     bind_endpoint: "tcp://*:5557".into(),
+///     backend_id: "store-a".into(),
+///     ..Config::default()
+/// })?;
+/// publisher.on_put_commit("", "object-1", "group-1", MediumSet::from([Medium::Cpu]));
+/// # Ok::<(), mooncake_kv_events::CreateError>(())
+/// ```
+pub struct Publisher {
+    enabled: Option<Enabled>,
+}
+
+struct Enabled {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    next_scan: AtomicU64,
+}
+
+/// What the callers and the publishing thread share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) queue: EventQueue,
+    pub(crate) counters: Counters,
+    emit_object_key: bool,
+    closing: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(SeqCst)
+    }
+
+    /// The hot path: push one call's record, or count why it was not pushed.
+    fn push(&self, record: Record) {
+        if self.is_closing() {
+            Counters::add(&self.counters.dropped_events, record.event_count());
+        } else if let Some(displaced) = self.queue.push(record) {
+            Counters::add(&self.counters.dropped_events, displaced.event_count());
+        }
+    }
+}
+
+/// The token of one RemoveAll, taken by [`Publisher::begin_remove_all`] before the master's
+/// loop starts and passed to every [`Publisher::on_remove_all`] of that loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoveAllScan(u64);
+
+impl RemoveAllScan {
+    /// The scan's number, for carrying the token across the C++ bridge.
+    pub fn id(self) -> u64 {
+        self.0
+    }
+
+    /// The token numbered `id` (see [`RemoveAllScan::id`]).
+    pub fn from_id(id: u64) -> RemoveAllScan {
+        RemoveAllScan(id)
+    }
+}
+
+impl Publisher {
+    /// A publisher whose calls do nothing.
+    pub fn disabled() -> Publisher {
+        Publisher { enabled: None }
+    }
+
+    /// Validates `config`; when enabled, binds the PUB socket and starts the publishing
+    /// thread. Errors name the field or the endpoint and the reason.
+    pub fn create(config: &Config) -> Result<Publisher, CreateError> {
+        config.validate()?;
+        if !config.enable_kv_events {
+            return Ok(Publisher::disabled());
+        }
+        let endpoint_error = |reason: String| CreateError::Endpoint {
+            endpoint: config.bind_endpoint.clone(),
+            reason,
+        };
+        let context = zmq::Context::new();
+        let socket = context
+            .socket(zmq::PUB)
+            .map_err(|e| endpoint_error(e.to_string()))?;
+        // A failed create must not wait for anything: nothing was sent yet.
+        socket.set_linger(0).map_err(|e| endpoint_error(e.to_string()))?;
+        socket
+            .bind(&config.bind_endpoint)
+            .map_err(|e| endpoint_error(e.to_string()))?;
+
+        let shared = Arc::new(Shared {
+            queue: EventQueue::new(config.queue_capacity as usize),
+            counters: Counters::default(),
+            emit_object_key: config.emit_object_key,
+            closing: AtomicBool::new(false),
+        });
+        let worker = Worker::spawn(Arc::clone(&shared), socket, Encoder::new(config))
+            .map_err(|e| endpoint_error(format!("cannot start the publishing thread: {e}")))?;
+        shared.queue.set_consumer(worker.thread().clone());
+        Ok(Publisher {
+            enabled: Some(Enabled {
+                shared,
+                worker: Mutex::new(Some(worker)),
+                next_scan: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// Whether calls publish anything.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.is_some()
+    }
+
+    /// A Put, BatchPut or Upsert committed: `stored` for every medium in `media`, even one
+    /// already announced. Empty `media`: nothing.
+    pub fn on_put_commit(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+        group: impl AsRef<[u8]>,
+        media: MediumSet,
+    ) {
+        self.announce(tenant.as_ref(), key.as_ref(), group.as_ref(), MediumSet::EMPTY, media);
+    }
+
+    /// Any other mutation: `removed` for each medium in `before − after`, then `stored` for
+    /// each in `after − before`. Equal sets: nothing.
+    pub fn on_medium_delta(
+        &self,
+        tenant: impl AsRef<[u8]>,
+        key: impl AsRef<[u8]>,
+        group: impl AsRef<[u8]>,
+        before: MediumSet,
+        after: MediumSet,
+    ) {
+        let (removed, stored) = (before.minus(after), after.minus(before));
+        self.announce(tenant.as_ref(), key.as_ref(), group.as_ref(), removed, stored);
+    }
+
+    fn announce(&self, tenant: &[u8], key: &[u8], group: &[u8], removed: MediumSet, stored: MediumSet) {
+        let Some(enabled) = &self.enabled else { return };
+        let shared = &enabled.shared;
+        let events = removed.len() + stored.len();
+        if events == 0 {
+            return;
+        }
+        if key.is_empty() || !shared.emit_object_key {
+            Counters::add(&shared.counters.skipped_keyless_events, events);
+            return;
+        }
+        match ObjectEvents::new(tenant, key, group, removed, stored) {
+            Some(object) => shared.push(Record::Object(object)),
+            None => Counters::add(&shared.counters.dropped_events, events),
+        }
+    }
+
+    /// Takes the token of a RemoveAll that is about to start its loop.
+    pub fn begin_remove_all(&self) -> RemoveAllScan {
+        let Some(enabled) = &self.enabled else {
+            return RemoveAllScan(0);
+        };
+        let scan = enabled.next_scan.fetch_add(1, Relaxed);
+        // A full queue loses the marker rather than an event; the scan is then unknown to
+        // the publishing thread and its `cleared` is suppressed, which is always safe.
+        let _ = enabled.shared.queue.push_if_room(Record::ScanBegin(scan));
+        RemoveAllScan(scan)
+    }
+
+    /// The RemoveAll loop of `scan` finished for `tenant`. Emits one `cleared` only when
+    /// `objects_removed > 0`, `objects_skipped == 0` and no call added a medium to the tenant
+    /// since the scan began; otherwise counts it in `cleared_suppressed`.
+    ///
+    /// The last condition is decided by the publishing thread, which sees calls in stream
+    /// order: a `stored` is never followed by a `cleared` that would wipe it.
+    pub fn on_remove_all(
+        &self,
+        scan: &RemoveAllScan,
+        tenant: impl AsRef<[u8]>,
+        objects_removed: u64,
+        objects_skipped: u64,
+    ) {
+        let Some(enabled) = &self.enabled else { return };
+        let shared = &enabled.shared;
+        if objects_removed == 0 || objects_skipped > 0 {
+            Counters::add(&shared.counters.cleared_suppressed, 1);
+            return;
+        }
+        shared.push(Record::Cleared(ClearedEvent {
+            tenant: tenant.as_ref().into(),
+            scan: scan.0,
+        }));
+    }
+
+    /// The counters so far; all zero and `enabled: false` when disabled.
+    pub fn stats(&self) -> Stats {
+        match &self.enabled {
+            None => Stats::default(),
+            Some(e) => e.shared.counters.snapshot(e.shared.queue.len(), e.shared.queue.capacity()),
+        }
+    }
+
+    /// [`Publisher::stats`] as one JSON object.
+    pub fn status_json(&self) -> String {
+        self.stats().to_json()
+    }
+
+    /// Waits until everything queued before the call is handed to the socket: true if so
+    /// within `timeout`, false if the time ran out, events queued before it were dropped, or
+    /// the publisher is shut down. A disabled publisher has nothing to flush: true.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let Some(enabled) = &self.enabled else { return true };
+        let shared = &enabled.shared;
+        let deadline = Instant::now() + timeout;
+        let (done, sent) = mpsc::sync_channel(1);
+        let mut marker = Record::Flush(done);
+        loop {
+            if shared.is_closing() {
+                return false;
+            }
+            match shared.queue.push_if_room(marker) {
+                Ok(()) => break,
+                Err(_) if Instant::now() >= deadline => return false,
+                Err(back) => {
+                    marker = back;
+                    thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        // A marker pushed out by a full queue drops its sender: that ends the wait too.
+        match sent.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(()) => true,
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => false,
+        }
+    }
+
+    /// Stops accepting calls, sends what is queued within the shutdown linger, and joins the
+    /// publishing thread. Calls made from now on are counted as dropped. Idempotent; dropping
+    /// the publisher does the same.
+    pub fn shutdown(&self) {
+        let Some(enabled) = &self.enabled else { return };
+        let shared = &enabled.shared;
+        shared.closing.store(true, SeqCst);
+        shared.queue.wake();
+        let worker = enabled.worker.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(worker) = worker {
+            let _ = worker.join();
+        }
+        // A call that saw the publisher open may have pushed after the thread's last look.
+        while let Some(record) = shared.queue.pop() {
+            Counters::add(&shared.counters.dropped_events, record.event_count());
+        }
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher").finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Enabled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Enabled").finish_non_exhaustive()
+    }
+}

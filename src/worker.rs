@@ -1,0 +1,172 @@
+//! The publishing thread: takes records off the queue in order, batches and encodes their
+//! events, and sends each batch as one three-frame message on the PUB socket.
+
+use crate::encode::{Encoder, MAX_BATCH_EVENTS};
+use crate::event::Event;
+use crate::publisher::Shared;
+use crate::queue::Record;
+use crate::scan::ScanLog;
+use crate::stats::Counters;
+use std::sync::atomic::Ordering::{Acquire, Relaxed};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How long an idle thread sleeps between checks that do not rely on being woken.
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
+/// How long shutdown may spend sending what is queued and letting the socket deliver it.
+pub(crate) const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
+
+/// The publishing thread's state; it owns the socket and the encoder.
+pub(crate) struct Worker {
+    shared: Arc<Shared>,
+    socket: zmq::Socket,
+    encoder: Encoder,
+    scans: ScanLog,
+    batch: Vec<Record>,
+    batch_events: usize,
+    /// The transport sequence of the last message, sent or not.
+    sequence: u64,
+    /// `dropped_events` as of the last message: the growth since is the next gap.
+    dropped_seen: u64,
+    payload: Vec<u8>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker").field("sequence", &self.sequence).finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    pub(crate) fn spawn(
+        shared: Arc<Shared>,
+        socket: zmq::Socket,
+        encoder: Encoder,
+    ) -> std::io::Result<JoinHandle<()>> {
+        let worker = Worker {
+            shared,
+            socket,
+            encoder,
+            scans: ScanLog::default(),
+            batch: Vec::with_capacity(MAX_BATCH_EVENTS),
+            batch_events: 0,
+            sequence: 0,
+            dropped_seen: 0,
+            payload: Vec::with_capacity(64 * 1024),
+        };
+        thread::Builder::new()
+            .name("kv-events-pub".into())
+            .spawn(move || worker.run())
+    }
+
+    fn run(mut self) {
+        loop {
+            // Read before draining: whatever was queued before shutdown began is then sent.
+            let closing = self.shared.is_closing();
+            self.drain(None);
+            if closing {
+                break;
+            }
+            self.shared.queue.wait(IDLE_WAIT);
+        }
+        let deadline = Instant::now() + SHUTDOWN_LINGER;
+        self.drain(Some(deadline));
+        let linger = deadline.saturating_duration_since(Instant::now());
+        let _ = self.socket.set_linger(linger.as_millis() as i32);
+        // Dropping the socket and with it the last handle on its context waits, at most the
+        // linger, for ZeroMQ to hand queued messages to subscribers.
+    }
+
+    /// Takes every queued record and sends what they hold; past `deadline`, records are
+    /// counted as dropped instead.
+    fn drain(&mut self, deadline: Option<Instant>) {
+        while let Some(record) = self.shared.queue.pop() {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                Counters::add(&self.shared.counters.dropped_events, record.event_count());
+                continue;
+            }
+            self.accept(record);
+        }
+        self.send_batch();
+    }
+
+    fn accept(&mut self, record: Record) {
+        self.scans.advance();
+        match record {
+            Record::Object(ref object) => {
+                if object.adds_medium() {
+                    self.scans.medium_added(object.tenant());
+                }
+                self.add_to_batch(record);
+            }
+            Record::Cleared(ref cleared) => {
+                if self.scans.may_clear(cleared.scan, &cleared.tenant) {
+                    self.add_to_batch(record);
+                } else {
+                    Counters::add(&self.shared.counters.cleared_suppressed, 1);
+                }
+            }
+            Record::ScanBegin(scan) => self.scans.begin(scan),
+            Record::Flush(done) => {
+                self.send_batch();
+                let _ = done.send(());
+            }
+        }
+    }
+
+    /// Keeps a call's events in one batch: a record that does not fit starts the next one.
+    fn add_to_batch(&mut self, record: Record) {
+        let events = record.event_count();
+        if self.batch_events + events > MAX_BATCH_EVENTS {
+            self.send_batch();
+        }
+        self.batch_events += events;
+        self.batch.push(record);
+    }
+
+    fn send_batch(&mut self) {
+        if self.batch_events == 0 {
+            return;
+        }
+        let timestamp_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.encoder.encode_batch(
+            timestamp_ms,
+            self.batch_events,
+            self.batch.iter().flat_map(events_of),
+            &mut self.payload,
+        );
+        let counters = &self.shared.counters;
+        let dropped = counters.dropped_events.load(Acquire);
+        self.sequence += 1 + (dropped - self.dropped_seen);
+        self.dropped_seen = dropped;
+        counters.last_sequence.store(self.sequence, Relaxed);
+
+        let sent = self
+            .socket
+            .send(&[][..], zmq::SNDMORE)
+            .and_then(|()| self.socket.send(&self.sequence.to_be_bytes()[..], zmq::SNDMORE))
+            .and_then(|()| self.socket.send(&self.payload[..], 0));
+        match sent {
+            Ok(()) => {
+                Counters::add(&counters.published_batches, 1);
+                Counters::add(&counters.published_events, self.batch_events);
+            }
+            Err(_) => Counters::add(&counters.send_failures, 1),
+        }
+        self.batch.clear();
+        self.batch_events = 0;
+    }
+}
+
+fn events_of(record: &Record) -> impl Iterator<Item = Event<'_>> {
+    let (object, cleared) = match record {
+        Record::Object(o) => (Some(o), None),
+        Record::Cleared(c) => (None, Some(c.event())),
+        Record::ScanBegin(_) | Record::Flush(_) => (None, None),
+    };
+    object.into_iter().flat_map(|o| o.events()).chain(cleared)
+}
