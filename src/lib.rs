@@ -24,6 +24,7 @@ mod publisher;
 mod queue;
 mod scan;
 mod stats;
+pub mod watch;
 mod worker;
 
 pub use config::{Config, CreateError};
