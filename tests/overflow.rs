@@ -1,0 +1,95 @@
+//! Many producer threads flooding a small queue: every loss is counted and visible as a gap.
+
+mod common;
+
+use common::{config, connected};
+use mooncake_kv_events::watch::{field, Continuity};
+use mooncake_kv_events::{Config, Medium, MediumSet};
+use rmpv::Value;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const THREADS: u64 = 8;
+const CALLS_PER_THREAD: u64 = 20_000;
+
+#[test]
+fn gaps_seen_by_the_subscriber_sum_to_the_dropped_events() {
+    let (publisher, mut sub) = connected(Config {
+        queue_capacity: 16,
+        ..config("")
+    });
+    let both = MediumSet::from([Medium::Cpu, Medium::Disk]);
+    std::thread::scope(|s| {
+        for thread in 0..THREADS {
+            let publisher = &publisher;
+            s.spawn(move || {
+                for call in 0..CALLS_PER_THREAD {
+                    publisher.on_put_commit("t", format!("{thread}/{call}"), "", both);
+                }
+            });
+        }
+    });
+    // Drops after the last message show as the gap before the next one: send one more.
+    publisher.on_put_commit("t", "end", "", MediumSet::from([Medium::Cpu]));
+    assert!(publisher.flush(Duration::from_secs(30)));
+    let stats = publisher.stats();
+    assert!(
+        stats.dropped_events > 0,
+        "a queue of 16 must overflow under this flood"
+    );
+    let offered = THREADS * CALLS_PER_THREAD * 2 + 1;
+    assert_eq!(stats.published_events + stats.dropped_events, offered);
+
+    let mut gaps = 0;
+    let mut events = Vec::new();
+    while (events.len() as u64) < stats.published_events {
+        let batch = sub
+            .recv(Duration::from_secs(10))
+            .unwrap()
+            .expect("every batch arrives");
+        gaps += match batch.continuity {
+            Continuity::First { missed } | Continuity::Gap { missed } => missed,
+            Continuity::Next => 0,
+            Continuity::Restart => panic!("the sequence went back"),
+        };
+        events.extend(batch.events);
+    }
+    assert_eq!(
+        gaps, stats.dropped_events,
+        "gaps are exactly the dropped events"
+    );
+    assert_eq!(events.len() as u64, stats.published_events);
+
+    let mut last_call: HashMap<u64, i64> = HashMap::new();
+    let mut previous_id = 0;
+    let mut pending: Option<String> = None; // the key whose disk event must come next
+    for event in &events {
+        let id = field(event, "event_id").and_then(Value::as_u64).unwrap();
+        assert!(id > previous_id, "event ids increase");
+        previous_id = id;
+        let key = field(event, "object_key")
+            .and_then(Value::as_str)
+            .unwrap()
+            .to_owned();
+        let medium = field(event, "medium").and_then(Value::as_str).unwrap();
+        if let Some(first) = pending.take() {
+            assert_eq!(
+                (first.as_str(), medium),
+                (key.as_str(), "disk"),
+                "a call's events stay together"
+            );
+            continue;
+        }
+        if key == "end" {
+            continue;
+        }
+        assert_eq!(medium, "cpu");
+        pending = Some(key.clone());
+        let (thread, call) = key.split_once('/').unwrap();
+        let (thread, call): (u64, i64) = (thread.parse().unwrap(), call.parse().unwrap());
+        let last = last_call.entry(thread).or_insert(-1);
+        assert!(call > *last, "thread {thread}'s calls keep their order");
+        *last = call;
+    }
+    assert_eq!(events.len() as u64, previous_id, "event ids have no gaps");
+}
