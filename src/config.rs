@@ -69,10 +69,16 @@ impl Config {
             })
         };
         if self.bind_endpoint.is_empty() {
-            return invalid("kv_events_bind_endpoint", "is required when kv events are enabled");
+            return invalid(
+                "kv_events_bind_endpoint",
+                "is required when kv events are enabled",
+            );
         }
         if self.backend_id.is_empty() {
-            return invalid("kv_events_backend_id", "is required when kv events are enabled");
+            return invalid(
+                "kv_events_backend_id",
+                "is required when kv events are enabled",
+            );
         }
         if self.queue_capacity == 0 {
             return invalid("kv_events_queue_capacity", "must be at least 1");
@@ -105,7 +111,10 @@ impl fmt::Display for CreateError {
         match self {
             CreateError::InvalidConfig { field, reason } => write!(f, "{field} {reason}"),
             CreateError::Endpoint { endpoint, reason } => {
-                write!(f, "kv_events_bind_endpoint \"{endpoint}\" cannot be bound: {reason}")
+                write!(
+                    f,
+                    "kv_events_bind_endpoint \"{endpoint}\" cannot be bound: {reason}"
+                )
             }
         }
     }
@@ -146,9 +155,27 @@ mod tests {
     #[test]
     fn each_missing_field_is_named() {
         for (config, field) in [
-            (Config { bind_endpoint: String::new(), ..enabled() }, "kv_events_bind_endpoint"),
-            (Config { backend_id: String::new(), ..enabled() }, "kv_events_backend_id"),
-            (Config { queue_capacity: 0, ..enabled() }, "kv_events_queue_capacity"),
+            (
+                Config {
+                    bind_endpoint: String::new(),
+                    ..enabled()
+                },
+                "kv_events_bind_endpoint",
+            ),
+            (
+                Config {
+                    backend_id: String::new(),
+                    ..enabled()
+                },
+                "kv_events_backend_id",
+            ),
+            (
+                Config {
+                    queue_capacity: 0,
+                    ..enabled()
+                },
+                "kv_events_queue_capacity",
+            ),
         ] {
             let err = config.validate().unwrap_err();
             assert!(err.to_string().starts_with(field), "{err}");

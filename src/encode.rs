@@ -192,7 +192,10 @@ impl Encoder {
                 }),
             }
         }
-        segments.push(Segment { fixed: run, then: None });
+        segments.push(Segment {
+            fixed: run,
+            then: None,
+        });
         segments
     }
 }
@@ -250,7 +253,13 @@ mod tests {
 
     fn event<'a>(kind: EventKind, tenant: &'a [u8], key: &'a [u8], group: &'a [u8]) -> Event<'a> {
         let medium = (kind != EventKind::Cleared).then_some(Medium::Disk);
-        Event { kind, medium, tenant, key, group }
+        Event {
+            kind,
+            medium,
+            tenant,
+            key,
+            group,
+        }
     }
 
     /// Decodes with rmpv, a reader that shares nothing with the writer above.
@@ -284,8 +293,16 @@ mod tests {
             (EventKind::Cleared, 11, 12),
         ] {
             let e = event(kind, b"t", b"k", b"g");
-            assert_eq!(encode_one(false, e).as_map().unwrap().len(), plain, "{kind:?}");
-            assert_eq!(encode_one(true, e).as_map().unwrap().len(), legacy, "{kind:?} legacy");
+            assert_eq!(
+                encode_one(false, e).as_map().unwrap().len(),
+                plain,
+                "{kind:?}"
+            );
+            assert_eq!(
+                encode_one(true, e).as_map().unwrap().len(),
+                legacy,
+                "{kind:?} legacy"
+            );
         }
     }
 
@@ -293,7 +310,13 @@ mod tests {
     fn empties_become_default_tenant_and_nil_fields() {
         let stored = encode_one(true, event(EventKind::Stored, b"", b"k", b""));
         assert_eq!(field(&stored, "tenant_id"), Some(&V::from("default")));
-        for nil_key in ["group_id", "block_size", "additional_salt", "lora_name", "token_ids"] {
+        for nil_key in [
+            "group_id",
+            "block_size",
+            "additional_salt",
+            "lora_name",
+            "token_ids",
+        ] {
             assert_eq!(field(&stored, nil_key), Some(&V::Nil), "{nil_key}");
         }
         assert_eq!(field(&stored, "model_name"), Some(&V::from("llama")));

@@ -70,7 +70,13 @@ impl ObjectEvents {
         let key_len = u32::try_from(key.len()).ok()?;
         u32::try_from(group.len()).ok()?;
         let bytes = [tenant, key, group].concat().into_boxed_slice();
-        Some(ObjectEvents { bytes, tenant_len, key_len, removed, stored })
+        Some(ObjectEvents {
+            bytes,
+            tenant_len,
+            key_len,
+            removed,
+            stored,
+        })
     }
 
     /// Removed events before stored ones, `cpu` before `disk` in each.
@@ -143,23 +149,44 @@ mod tests {
         .unwrap();
         assert_eq!(
             kinds(&o),
-            [(EventKind::Removed, Some(Medium::Disk)), (EventKind::Stored, Some(Medium::Cpu))]
+            [
+                (EventKind::Removed, Some(Medium::Disk)),
+                (EventKind::Stored, Some(Medium::Cpu))
+            ]
         );
         assert_eq!(o.len(), 2);
-        let both = ObjectEvents::new(b"t", b"k", b"", MediumSet::EMPTY, MediumSet::from([Medium::Disk, Medium::Cpu]))
-            .unwrap();
+        let both = ObjectEvents::new(
+            b"t",
+            b"k",
+            b"",
+            MediumSet::EMPTY,
+            MediumSet::from([Medium::Disk, Medium::Cpu]),
+        )
+        .unwrap();
         assert_eq!(
             kinds(&both),
-            [(EventKind::Stored, Some(Medium::Cpu)), (EventKind::Stored, Some(Medium::Disk))]
+            [
+                (EventKind::Stored, Some(Medium::Cpu)),
+                (EventKind::Stored, Some(Medium::Disk))
+            ]
         );
     }
 
     #[test]
     fn strings_come_back_byte_for_byte() {
-        let o = ObjectEvents::new(b"", b"k\0\xff", b"\xc3", MediumSet::EMPTY, MediumSet::from([Medium::Cpu]))
-            .unwrap();
+        let o = ObjectEvents::new(
+            b"",
+            b"k\0\xff",
+            b"\xc3",
+            MediumSet::EMPTY,
+            MediumSet::from([Medium::Cpu]),
+        )
+        .unwrap();
         let e = o.events().next().unwrap();
-        assert_eq!((e.tenant, e.key, e.group), (&b""[..], &b"k\0\xff"[..], &b"\xc3"[..]));
+        assert_eq!(
+            (e.tenant, e.key, e.group),
+            (&b""[..], &b"k\0\xff"[..], &b"\xc3"[..])
+        );
         assert_eq!(o.tenant(), b"");
         assert!(o.adds_medium());
     }

@@ -118,7 +118,10 @@ fn contained(call: impl FnOnce()) {
 
 impl RustPublisher {
     fn on_put_commit(&self, tenant: &[u8], key: &[u8], group: &[u8], media: u8) {
-        contained(|| self.0.on_put_commit(tenant, key, group, MediumSet::from_bits(media)));
+        contained(|| {
+            self.0
+                .on_put_commit(tenant, key, group, MediumSet::from_bits(media))
+        });
     }
 
     fn on_medium_delta(&self, tenant: &[u8], key: &[u8], group: &[u8], before: u8, after: u8) {
@@ -132,7 +135,10 @@ impl RustPublisher {
 
     fn on_remove_all(&self, scan: u64, tenant: &[u8], objects_removed: u64, objects_skipped: u64) {
         let scan = RemoveAllScan::from_id(scan);
-        contained(|| self.0.on_remove_all(&scan, tenant, objects_removed, objects_skipped));
+        contained(|| {
+            self.0
+                .on_remove_all(&scan, tenant, objects_removed, objects_skipped)
+        });
     }
 
     fn stats(&self) -> BridgeStats {

@@ -172,7 +172,10 @@ mod tests {
 
     #[test]
     fn bits_round_trip_and_ignore_unknown_bits() {
-        assert_eq!(MediumSet::from_bits(0b1111), MediumSet::from([Medium::Cpu, Medium::Disk]));
+        assert_eq!(
+            MediumSet::from_bits(0b1111),
+            MediumSet::from([Medium::Cpu, Medium::Disk])
+        );
         assert_eq!(MediumSet::from_bits(0b10).bits(), 0b10);
         assert_eq!(MediumSet::from_bits(0b100), MediumSet::EMPTY);
     }

@@ -112,7 +112,9 @@ impl Publisher {
             .socket(zmq::PUB)
             .map_err(|e| endpoint_error(e.to_string()))?;
         // A failed create must not wait for anything: nothing was sent yet.
-        socket.set_linger(0).map_err(|e| endpoint_error(e.to_string()))?;
+        socket
+            .set_linger(0)
+            .map_err(|e| endpoint_error(e.to_string()))?;
         socket
             .bind(&config.bind_endpoint)
             .map_err(|e| endpoint_error(e.to_string()))?;
@@ -149,7 +151,13 @@ impl Publisher {
         group: impl AsRef<[u8]>,
         media: MediumSet,
     ) {
-        self.announce(tenant.as_ref(), key.as_ref(), group.as_ref(), MediumSet::EMPTY, media);
+        self.announce(
+            tenant.as_ref(),
+            key.as_ref(),
+            group.as_ref(),
+            MediumSet::EMPTY,
+            media,
+        );
     }
 
     /// Any other mutation: `removed` for each medium in `before − after`, then `stored` for
@@ -163,10 +171,23 @@ impl Publisher {
         after: MediumSet,
     ) {
         let (removed, stored) = (before.minus(after), after.minus(before));
-        self.announce(tenant.as_ref(), key.as_ref(), group.as_ref(), removed, stored);
+        self.announce(
+            tenant.as_ref(),
+            key.as_ref(),
+            group.as_ref(),
+            removed,
+            stored,
+        );
     }
 
-    fn announce(&self, tenant: &[u8], key: &[u8], group: &[u8], removed: MediumSet, stored: MediumSet) {
+    fn announce(
+        &self,
+        tenant: &[u8],
+        key: &[u8],
+        group: &[u8],
+        removed: MediumSet,
+        stored: MediumSet,
+    ) {
         let Some(enabled) = &self.enabled else { return };
         let shared = &enabled.shared;
         let events = removed.len() + stored.len();
@@ -224,7 +245,10 @@ impl Publisher {
     pub fn stats(&self) -> Stats {
         match &self.enabled {
             None => Stats::default(),
-            Some(e) => e.shared.counters.snapshot(e.shared.queue.len(), e.shared.queue.capacity()),
+            Some(e) => e
+                .shared
+                .counters
+                .snapshot(e.shared.queue.len(), e.shared.queue.capacity()),
         }
     }
 
@@ -237,7 +261,9 @@ impl Publisher {
     /// within `timeout`, false if the time ran out, events queued before it were dropped, or
     /// the publisher is shut down. A disabled publisher has nothing to flush: true.
     pub fn flush(&self, timeout: Duration) -> bool {
-        let Some(enabled) = &self.enabled else { return true };
+        let Some(enabled) = &self.enabled else {
+            return true;
+        };
         let shared = &enabled.shared;
         let deadline = Instant::now() + timeout;
         let (done, sent) = mpsc::sync_channel(1);
@@ -270,7 +296,11 @@ impl Publisher {
         let shared = &enabled.shared;
         shared.closing.store(true, SeqCst);
         shared.queue.wake();
-        let worker = enabled.worker.lock().unwrap_or_else(PoisonError::into_inner).take();
+        let worker = enabled
+            .worker
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(worker) = worker {
             let _ = worker.join();
         }

@@ -123,7 +123,9 @@ mod tests {
 
     fn object(key: &str, media: usize) -> Record {
         let stored = MediumSet::from_bits(if media == 2 { 3 } else { 1 });
-        Record::Object(ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, stored).unwrap())
+        Record::Object(
+            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, stored).unwrap(),
+        )
     }
 
     fn key_of(record: &Record) -> Vec<u8> {
@@ -138,8 +140,13 @@ mod tests {
         let queue = EventQueue::new(2);
         assert!(queue.push(object("a", 2)).is_none());
         assert!(queue.push(object("b", 1)).is_none());
-        let displaced = queue.push(object("c", 1)).expect("the oldest is pushed out");
-        assert_eq!((key_of(&displaced), displaced.event_count()), (b"a".to_vec(), 2));
+        let displaced = queue
+            .push(object("c", 1))
+            .expect("the oldest is pushed out");
+        assert_eq!(
+            (key_of(&displaced), displaced.event_count()),
+            (b"a".to_vec(), 2)
+        );
         assert_eq!(key_of(&queue.pop().unwrap()), b"b");
         assert_eq!(key_of(&queue.pop().unwrap()), b"c");
         assert!(queue.pop().is_none());

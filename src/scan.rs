@@ -66,7 +66,11 @@ impl ScanLog {
 
 /// 64 bits of SipHash: a collision only suppresses a `cleared`.
 fn tenant_hash(tenant: &[u8]) -> u64 {
-    let tenant = if tenant.is_empty() { DEFAULT_TENANT } else { tenant };
+    let tenant = if tenant.is_empty() {
+        DEFAULT_TENANT
+    } else {
+        tenant
+    };
     let mut hasher = DefaultHasher::new();
     tenant.hash(&mut hasher);
     hasher.finish()

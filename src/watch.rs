@@ -107,9 +107,13 @@ impl Subscriber {
         let frames = self.socket.recv_multipart(0)?;
         let (sequence, timestamp_ms, events, dp_rank) = decode_message(&frames)?;
         let continuity = match self.last_sequence {
-            None => Continuity::First { missed: sequence.saturating_sub(1) },
+            None => Continuity::First {
+                missed: sequence.saturating_sub(1),
+            },
             Some(last) if sequence == last + 1 => Continuity::Next,
-            Some(last) if sequence > last => Continuity::Gap { missed: sequence - last - 1 },
+            Some(last) if sequence > last => Continuity::Gap {
+                missed: sequence - last - 1,
+            },
             Some(_) => Continuity::Restart,
         };
         self.last_sequence = Some(sequence);
@@ -133,7 +137,10 @@ pub fn decode_message(frames: &[Vec<u8>]) -> Result<(u64, u64, Vec<Value>, u64),
         return malformed(format!("a topic of {} bytes, expected none", topic.len()));
     }
     let Ok(sequence) = <[u8; 8]>::try_from(sequence.as_slice()) else {
-        return malformed(format!("a sequence of {} bytes, expected 8", sequence.len()));
+        return malformed(format!(
+            "a sequence of {} bytes, expected 8",
+            sequence.len()
+        ));
     };
     let mut cursor = payload.as_slice();
     let value = rmpv::decode::read_value(&mut cursor)
@@ -189,7 +196,12 @@ pub fn to_json(value: &Value) -> serde_json::Value {
         Value::Map(entries) => J::Object(
             entries
                 .iter()
-                .map(|(k, v)| (k.as_str().map_or_else(|| k.to_string(), str::to_owned), to_json(v)))
+                .map(|(k, v)| {
+                    (
+                        k.as_str().map_or_else(|| k.to_string(), str::to_owned),
+                        to_json(v),
+                    )
+                })
                 .collect(),
         ),
         Value::Ext(tag, bytes) => serde_json::json!({ "ext": tag, "hex": hex(bytes) }),
@@ -213,11 +225,18 @@ mod tests {
     #[test]
     fn a_well_formed_message_decodes() {
         let event = Value::Map(vec![(Value::from("event_type"), Value::from("cleared"))]);
-        let body = Value::Array(vec![Value::from(5u64), Value::Array(vec![event.clone()]), Value::from(2u64)]);
+        let body = Value::Array(vec![
+            Value::from(5u64),
+            Value::Array(vec![event.clone()]),
+            Value::from(2u64),
+        ]);
         let frames = vec![vec![], 9u64.to_be_bytes().to_vec(), payload(&body)];
         let (sequence, ts, events, dp) = decode_message(&frames).unwrap();
         assert_eq!((sequence, ts, dp), (9, 5, 2));
-        assert_eq!(field(&events[0], "event_type"), Some(&Value::from("cleared")));
+        assert_eq!(
+            field(&events[0], "event_type"),
+            Some(&Value::from("cleared"))
+        );
         assert_eq!(field(&events[0], "medium"), None);
     }
 

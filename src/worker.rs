@@ -35,7 +35,9 @@ pub(crate) struct Worker {
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Worker").field("sequence", &self.sequence).finish_non_exhaustive()
+        f.debug_struct("Worker")
+            .field("sequence", &self.sequence)
+            .finish_non_exhaustive()
     }
 }
 
@@ -148,7 +150,10 @@ impl Worker {
         let sent = self
             .socket
             .send(&[][..], zmq::SNDMORE)
-            .and_then(|()| self.socket.send(&self.sequence.to_be_bytes()[..], zmq::SNDMORE))
+            .and_then(|()| {
+                self.socket
+                    .send(&self.sequence.to_be_bytes()[..], zmq::SNDMORE)
+            })
             .and_then(|()| self.socket.send(&self.payload[..], 0));
         match sent {
             Ok(()) => {
