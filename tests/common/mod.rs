@@ -1,7 +1,7 @@
 //! A publisher and a subscriber on a private ipc endpoint, for tests that read the real stream.
 #![allow(dead_code)] // each test binary uses part of this
 
-use mooncake_kv_events::watch::{Batch, Subscriber};
+use mooncake_kv_events::watch::{Batch, Continuity, Subscriber};
 use mooncake_kv_events::{Config, Publisher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -22,17 +22,38 @@ pub fn config(endpoint: &str) -> Config {
     }
 }
 
-/// A publisher created from `config` (its endpoint replaced by a fresh one) and a subscriber
-/// that has joined it, so the first message reaches it.
-pub fn connected(mut config: Config) -> (Publisher, Subscriber) {
+/// A publisher created from `config`, its endpoint replaced by a fresh one, and that endpoint.
+pub fn publish(mut config: Config) -> (Publisher, String) {
     config.bind_endpoint = endpoint();
     let publisher = Publisher::create(&config).expect("the publisher binds");
-    let subscriber =
-        Subscriber::connect(&config.bind_endpoint, 1_000_000).expect("the subscriber connects");
+    (publisher, config.bind_endpoint)
+}
+
+/// A subscriber that has joined the publisher on `endpoint`, so the next message reaches it.
+pub fn subscribe(endpoint: &str) -> Subscriber {
+    let subscriber = Subscriber::connect(endpoint, 1_000_000).expect("the subscriber connects");
     // ZeroMQ's slow joiner: a subscription takes a moment to reach the PUB socket. This is
     // setup, not an assertion; messages sent before it would be missed and the test fail.
     std::thread::sleep(Duration::from_millis(300));
-    (publisher, subscriber)
+    subscriber
+}
+
+/// A publisher from `config` on a fresh endpoint, and a subscriber that has joined it.
+pub fn connected(config: Config) -> (Publisher, Subscriber) {
+    let (publisher, endpoint) = publish(config);
+    (publisher, subscribe(&endpoint))
+}
+
+/// The sum of the sequence gaps in `batches`, counting numbers missed before the first.
+pub fn gaps(batches: &[Batch]) -> u64 {
+    batches
+        .iter()
+        .map(|b| match b.continuity {
+            Continuity::First { missed } | Continuity::Gap { missed } => missed,
+            Continuity::Next => 0,
+            Continuity::Restart => panic!("the sequence went back at {}", b.sequence),
+        })
+        .sum()
 }
 
 /// Flushes the publisher, then reads until `events` events arrived.

@@ -1,0 +1,146 @@
+//! Process-wide resources under floods, shutdown and failed creation: memory, threads and open
+//! files. These tests measure the whole process, so they live in their own test binary and
+//! take turns.
+
+mod common;
+
+use common::{config, publish};
+use mooncake_kv_events::watch::Subscriber;
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const BOTH: MediumSet = MediumSet::EMPTY.with(Medium::Cpu).with(Medium::Disk);
+
+/// Held by each test: the others would disturb what it measures.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Threads of publishers and ZeroMQ contexts (the test harness starts threads of its own).
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+        .filter(|name| name.starts_with("kv-events") || name.starts_with("ZMQbg"))
+        .count()
+}
+
+fn open_files() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+#[test]
+fn a_flood_keeps_memory_bounded_by_the_capacity() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (publisher, endpoint) = publish(Config {
+        queue_capacity: 64,
+        ..config("")
+    });
+    // A subscriber with ZeroMQ's default buffer: what it cannot take is dropped at the socket
+    // (and seen as gaps), so the process holds at most the queue and the two buffers.
+    let mut sub = Subscriber::connect(&endpoint, 1000).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let rss_before = rss_bytes();
+    let mut max_depth = 0;
+    std::thread::scope(|s| {
+        for thread in 0..4 {
+            let publisher = &publisher;
+            s.spawn(move || {
+                let mut call = 0u64;
+                while Instant::now() < deadline {
+                    publisher.on_put_commit("t", format!("{thread}/{call}"), "", BOTH);
+                    call += 1;
+                }
+            });
+        }
+        while Instant::now() < deadline {
+            max_depth = max_depth.max(publisher.stats().queue_depth);
+            // Keep the subscriber's own buffer from growing without bound in this process.
+            while sub.recv(Duration::ZERO).unwrap().is_some() {}
+        }
+    });
+    assert!(max_depth <= 64, "queue depth {max_depth}");
+    let growth = rss_bytes().saturating_sub(rss_before);
+    assert!(
+        growth < 64 << 20,
+        "RSS grew by {growth} bytes during the flood"
+    );
+    assert!(publisher.stats().dropped_events > 0);
+}
+
+#[test]
+fn shutdown_under_flood_and_stall_returns_within_its_linger_and_accounts_for_everything() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let threads_before = threads();
+    let (publisher, endpoint) = publish(Config {
+        queue_capacity: 1024,
+        ..config("")
+    });
+    let context = zmq::Context::new();
+    let stalled = context.socket(zmq::SUB).unwrap();
+    stalled.set_rcvhwm(1).unwrap();
+    stalled.set_subscribe(b"").unwrap();
+    stalled.connect(&endpoint).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        threads() > threads_before,
+        "the publisher and ZeroMQ run threads"
+    );
+
+    let offered = std::sync::atomic::AtomicU64::new(0);
+    let elapsed = std::thread::scope(|s| {
+        for thread in 0..4 {
+            let (publisher, offered) = (&publisher, &offered);
+            s.spawn(move || {
+                for call in 0..50_000 {
+                    publisher.on_put_commit("t", format!("{thread}/{call}"), "", BOTH);
+                    offered.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let start = Instant::now();
+        publisher.shutdown(); // the producers are still calling
+        start.elapsed()
+    });
+    assert!(
+        elapsed < Duration::from_secs(5),
+        "shutdown took {elapsed:?}"
+    );
+    let stats = publisher.stats();
+    let offered = offered.into_inner();
+    assert_eq!(stats.published_events + stats.dropped_events, offered);
+    assert_eq!(stats.queue_depth, 0);
+    drop(publisher);
+    drop(stalled);
+    drop(context);
+    assert_eq!(threads(), threads_before, "no thread is left behind");
+}
+
+#[test]
+fn failed_creation_leaks_neither_threads_nor_files() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = format!("tcp://127.0.0.1:{}", taken.local_addr().unwrap().port());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let bad = [
+        "tcp://nonsense",
+        "ipc:///no/such/dir/kv.sock",
+        busy.as_str(),
+    ];
+    // The first failures may open what the resolver keeps open for the process.
+    for endpoint in bad {
+        assert!(Publisher::create(&config(endpoint)).is_err());
+    }
+    let (threads_before, files_before) = (threads(), open_files());
+    for i in 0..1000 {
+        assert!(Publisher::create(&config(bad[i % bad.len()])).is_err());
+    }
+    assert_eq!(threads(), threads_before);
+    assert_eq!(open_files(), files_before);
+}
