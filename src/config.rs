@@ -87,6 +87,27 @@ impl Config {
     }
 }
 
+/// The effective configuration in one line, for the log at start.
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "bind_endpoint={:?} backend_id={:?} model_name={:?} block_size={} additional_salt={:?} \
+             lora_name={:?} dp_rank={} emit_object_key={} emit_legacy_compat={} queue_capacity={}",
+            self.bind_endpoint,
+            self.backend_id,
+            self.model_name,
+            self.block_size,
+            self.additional_salt,
+            self.lora_name,
+            self.dp_rank,
+            self.emit_object_key,
+            self.emit_legacy_compat,
+            self.queue_capacity,
+        )
+    }
+}
+
 /// Why a publisher could not be created. Nothing is refused after creation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CreateError {

@@ -19,6 +19,7 @@ mod config;
 mod encode;
 mod event;
 mod ffi;
+mod log;
 mod media;
 mod publisher;
 mod queue;
@@ -29,6 +30,7 @@ mod worker;
 
 pub use config::{Config, CreateError};
 pub use event::EventKind;
+pub use log::{set_log_sink, Level};
 pub use media::{Medium, MediumSet, ReplicaKind};
 pub use publisher::{Publisher, RemoveAllScan};
 pub use stats::Stats;

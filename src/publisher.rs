@@ -3,6 +3,7 @@
 use crate::config::{Config, CreateError};
 use crate::encode::Encoder;
 use crate::event::{ClearedEvent, ObjectEvents};
+use crate::log::{log, Level};
 use crate::media::MediumSet;
 use crate::queue::{EventQueue, Record};
 use crate::stats::{Counters, Stats};
@@ -101,6 +102,10 @@ impl Publisher {
     pub fn create(config: &Config) -> Result<Publisher, CreateError> {
         config.validate()?;
         if !config.enable_kv_events {
+            log(
+                Level::Info,
+                "kv events are disabled (enable_kv_events=false)",
+            );
             return Ok(Publisher::disabled());
         }
         let endpoint_error = |reason: String| CreateError::Endpoint {
@@ -128,6 +133,17 @@ impl Publisher {
         let worker = Worker::spawn(Arc::clone(&shared), socket, Encoder::new(config))
             .map_err(|e| endpoint_error(format!("cannot start the publishing thread: {e}")))?;
         shared.queue.set_consumer(worker.thread().clone());
+        log(
+            Level::Info,
+            &format!("kv events publisher started: {config}"),
+        );
+        if !config.emit_object_key {
+            log(
+                Level::Warn,
+                "kv_events_emit_object_key=false: every stored and removed event is suppressed; \
+                 subscribers will only see cleared",
+            );
+        }
         Ok(Publisher {
             enabled: Some(Enabled {
                 shared,
@@ -257,6 +273,11 @@ impl Publisher {
         self.stats().to_json()
     }
 
+    /// [`Publisher::stats`] in the Prometheus text format, for the master's `/metrics`.
+    pub fn metrics_text(&self) -> String {
+        self.stats().to_prometheus()
+    }
+
     /// Waits until everything queued before the call is handed to the socket: true if so
     /// within `timeout`, false if the time ran out, events queued before it were dropped, or
     /// the publisher is shut down. A disabled publisher has nothing to flush: true.
@@ -305,8 +326,16 @@ impl Publisher {
             let _ = worker.join();
         }
         // A call that saw the publisher open may have pushed after the thread's last look.
+        let mut late = 0;
         while let Some(record) = shared.queue.pop() {
-            Counters::add(&shared.counters.dropped_events, record.event_count());
+            late += record.event_count();
+        }
+        if late > 0 {
+            Counters::add(&shared.counters.dropped_events, late);
+            log(
+                Level::Warn,
+                &format!("{late} events arrived during shutdown and were dropped"),
+            );
         }
     }
 }

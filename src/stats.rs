@@ -74,6 +74,90 @@ impl Stats {
     }
 }
 
+/// One metric of [`Stats::to_prometheus`]: name (after the `mooncake_kv_events_` prefix),
+/// type, help, and the field it reads.
+type Metric = (&'static str, &'static str, &'static str, fn(&Stats) -> u64);
+
+const METRICS: [Metric; 10] = [
+    (
+        "enabled",
+        "gauge",
+        "1 when events are published, 0 when disabled.",
+        |s| u64::from(s.enabled),
+    ),
+    (
+        "published_batches_total",
+        "counter",
+        "Messages handed to the PUB socket.",
+        |s| s.published_batches,
+    ),
+    (
+        "published_events_total",
+        "counter",
+        "Events in published messages.",
+        |s| s.published_events,
+    ),
+    (
+        "dropped_events_total",
+        "counter",
+        "Events lost before encoding (full queue, shutdown, oversized); each is a sequence gap.",
+        |s| s.dropped_events,
+    ),
+    (
+        "skipped_keyless_events_total",
+        "counter",
+        "stored/removed not emitted: empty key or emit_object_key=false.",
+        |s| s.skipped_keyless_events,
+    ),
+    (
+        "cleared_suppressed_total",
+        "counter",
+        "RemoveAll results that emitted no cleared.",
+        |s| s.cleared_suppressed,
+    ),
+    (
+        "send_failures_total",
+        "counter",
+        "Messages the socket refused.",
+        |s| s.send_failures,
+    ),
+    (
+        "queue_depth",
+        "gauge",
+        "Calls whose events wait in the queue.",
+        |s| s.queue_depth,
+    ),
+    (
+        "queue_capacity",
+        "gauge",
+        "Calls the queue holds before dropping the oldest.",
+        |s| s.queue_capacity,
+    ),
+    (
+        "last_sequence",
+        "gauge",
+        "Transport sequence of the last message sent.",
+        |s| s.last_sequence,
+    ),
+];
+
+impl Stats {
+    /// The same values in the Prometheus text exposition format (version 0.0.4), every name
+    /// prefixed `mooncake_kv_events_`, for the master to append to its `/metrics`.
+    pub fn to_prometheus(&self) -> String {
+        METRICS
+            .iter()
+            .map(|(name, kind, help, value)| {
+                let name = format!("mooncake_kv_events_{name}");
+                format!(
+                    "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}\n",
+                    value(self)
+                )
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +175,22 @@ mod tests {
         assert_eq!(json["dropped_events"], 3);
         assert_eq!(json["queue_capacity"], 64);
         assert_eq!(json.as_object().unwrap().len(), 10);
+    }
+
+    #[test]
+    fn prometheus_text_has_one_typed_documented_sample_per_metric() {
+        let stats = Stats {
+            enabled: true,
+            dropped_events: 7,
+            queue_depth: 2,
+            ..Stats::default()
+        };
+        let text = stats.to_prometheus();
+        assert!(text.contains("# TYPE mooncake_kv_events_dropped_events_total counter\n"));
+        assert!(text.contains("\nmooncake_kv_events_dropped_events_total 7\n"));
+        assert!(text.contains("\nmooncake_kv_events_queue_depth 2\n"));
+        let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+        assert_eq!(samples, 10);
+        assert_eq!(text.lines().filter(|l| l.starts_with("# HELP")).count(), 10);
     }
 }

@@ -3,6 +3,7 @@
 
 use crate::encode::{Encoder, MAX_BATCH_EVENTS};
 use crate::event::Event;
+use crate::log::{log, Level, RateLimited};
 use crate::publisher::Shared;
 use crate::queue::Record;
 use crate::scan::ScanLog;
@@ -31,6 +32,7 @@ pub(crate) struct Worker {
     /// `dropped_events` as of the last message: the growth since is the next gap.
     dropped_seen: u64,
     payload: Vec<u8>,
+    send_failures: RateLimited,
 }
 
 impl std::fmt::Debug for Worker {
@@ -57,6 +59,7 @@ impl Worker {
             sequence: 0,
             dropped_seen: 0,
             payload: Vec::with_capacity(64 * 1024),
+            send_failures: RateLimited::new(Duration::from_secs(10)),
         };
         thread::Builder::new()
             .name("kv-events-pub".into())
@@ -74,7 +77,24 @@ impl Worker {
             self.shared.queue.wait(IDLE_WAIT);
         }
         let deadline = Instant::now() + SHUTDOWN_LINGER;
-        self.drain(Some(deadline));
+        let dropped = self.drain(Some(deadline));
+        if dropped > 0 {
+            log(
+                Level::Warn,
+                &format!("shutdown: {dropped} queued events could not be sent within the linger and were dropped"),
+            );
+        }
+        let counters = &self.shared.counters;
+        log(
+            Level::Info,
+            &format!(
+                "kv events publisher stopped: {} events in {} batches, {} dropped, last sequence {}",
+                counters.published_events.load(Relaxed),
+                counters.published_batches.load(Relaxed),
+                counters.dropped_events.load(Relaxed),
+                self.sequence
+            ),
+        );
         let linger = deadline.saturating_duration_since(Instant::now());
         let _ = self.socket.set_linger(linger.as_millis() as i32);
         // Dropping the socket and with it the last handle on its context waits, at most the
@@ -82,16 +102,21 @@ impl Worker {
     }
 
     /// Takes every queued record and sends what they hold; past `deadline`, records are
-    /// counted as dropped instead.
-    fn drain(&mut self, deadline: Option<Instant>) {
+    /// counted as dropped instead. Returns how many were dropped.
+    fn drain(&mut self, deadline: Option<Instant>) -> usize {
+        let mut dropped = 0;
         while let Some(record) = self.shared.queue.pop() {
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                Counters::add(&self.shared.counters.dropped_events, record.event_count());
+                dropped += record.event_count();
                 continue;
             }
             self.accept(record);
         }
         self.send_batch();
+        if dropped > 0 {
+            Counters::add(&self.shared.counters.dropped_events, dropped);
+        }
+        dropped
     }
 
     fn accept(&mut self, record: Record) {
@@ -160,7 +185,13 @@ impl Worker {
                 Counters::add(&counters.published_batches, 1);
                 Counters::add(&counters.published_events, self.batch_events);
             }
-            Err(_) => Counters::add(&counters.send_failures, 1),
+            Err(e) => {
+                Counters::add(&counters.send_failures, 1);
+                let sequence = self.sequence;
+                self.send_failures.log(Level::Warn, || {
+                    format!("sending batch {sequence} failed: {e}; its events are lost")
+                });
+            }
         }
         self.batch.clear();
         self.batch_events = 0;
