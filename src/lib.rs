@@ -15,6 +15,9 @@
     unsafe_op_in_unsafe_fn
 )]
 
+#[cfg(feature = "bench")]
+#[doc(hidden)]
+pub mod bench;
 mod config;
 mod encode;
 mod event;

@@ -1,0 +1,26 @@
+//! Encoding alone: full batches of stored, removed and cleared events, legacy fields on and
+//! off. Criterion reports the throughput in events per second on one core.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use mooncake_kv_events::bench::EncodeBatches;
+use mooncake_kv_events::EventKind;
+
+fn encode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("encode");
+    group.throughput(Throughput::Elements(EncodeBatches::EVENTS as u64));
+    for kind in [EventKind::Stored, EventKind::Removed, EventKind::Cleared] {
+        for legacy in [false, true] {
+            let mut batches = EncodeBatches::new(kind, legacy);
+            let name = format!(
+                "{}/{}",
+                kind.as_str(),
+                if legacy { "legacy" } else { "plain" }
+            );
+            group.bench_function(name, |b| b.iter(|| batches.encode()));
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, encode);
+criterion_main!(benches);

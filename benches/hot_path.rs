@@ -1,0 +1,145 @@
+//! The cost of one `on_put_commit` to the calling thread, with the publishing thread running,
+//! against a baseline publisher of the usual design (a mutex-guarded deque and one condition
+//! variable notify per call) measured in the same run.
+//!
+//! Calls are timed in runs of 1,024 with the queue drained between runs (untimed), so the
+//! figures are the steady state of a publisher that keeps up, not of one that drops.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+use std::collections::VecDeque;
+use std::hint::black_box;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const RUN: u64 = 1024;
+
+/// Times `iters` calls of `call`, calling `settle` (untimed) after every run of [`RUN`].
+fn timed_runs(iters: u64, mut call: impl FnMut(u64), mut settle: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let n = RUN.min(iters - done);
+        let start = Instant::now();
+        for i in done..done + n {
+            call(i);
+        }
+        total += start.elapsed();
+        settle();
+        done += n;
+    }
+    total
+}
+
+fn keys() -> Vec<Vec<u8>> {
+    (0..RUN).map(|i| format!("{i:0>64}").into_bytes()).collect()
+}
+
+/// The baseline: callers lock a deque, push owned strings and notify; a thread pops.
+struct MutexCondvarPublisher {
+    shared: Arc<(
+        Mutex<(VecDeque<(Vec<u8>, Vec<u8>, Vec<u8>, u8)>, bool)>,
+        Condvar,
+    )>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl MutexCondvarPublisher {
+    fn new() -> Self {
+        let shared = Arc::new((Mutex::new((VecDeque::new(), false)), Condvar::new()));
+        let state = Arc::clone(&shared);
+        let worker = std::thread::spawn(move || {
+            let (lock, ready) = &*state;
+            let mut guard = lock.lock().unwrap();
+            loop {
+                while let Some(event) = guard.0.pop_front() {
+                    drop(guard);
+                    black_box(event);
+                    guard = lock.lock().unwrap();
+                }
+                if guard.1 {
+                    return;
+                }
+                guard = ready.wait(guard).unwrap();
+            }
+        });
+        MutexCondvarPublisher {
+            shared,
+            worker: Some(worker),
+        }
+    }
+
+    fn on_put_commit(&self, tenant: &[u8], key: &[u8], group: &[u8], media: u8) {
+        let (lock, ready) = &*self.shared;
+        lock.lock()
+            .unwrap()
+            .0
+            .push_back((tenant.to_vec(), key.to_vec(), group.to_vec(), media));
+        ready.notify_one();
+    }
+
+    fn drained(&self) -> bool {
+        self.shared.0.lock().unwrap().0.is_empty()
+    }
+}
+
+impl Drop for MutexCondvarPublisher {
+    fn drop(&mut self) {
+        self.shared.0.lock().unwrap().1 = true;
+        self.shared.1.notify_one();
+        let _ = self.worker.take().map(JoinHandle::join);
+    }
+}
+
+fn hot_path(c: &mut Criterion) {
+    let keys = keys();
+    let mut group = c.benchmark_group("on_put_commit_64B_key");
+
+    let publisher = Publisher::create(&Config {
+        enable_kv_events: true,
+        bind_endpoint: format!("ipc:///tmp/kv-events-bench-{}.sock", std::process::id()),
+        backend_id: "bench".into(),
+        ..Config::default()
+    })
+    .unwrap();
+    let cpu = MediumSet::from([Medium::Cpu]);
+    group.bench_function("lock_free_queue", |b| {
+        b.iter_custom(|iters| {
+            timed_runs(
+                iters,
+                |i| publisher.on_put_commit("tenant-a", &keys[(i % RUN) as usize], "group-1", cpu),
+                || assert!(publisher.flush(Duration::from_secs(10))),
+            )
+        })
+    });
+    assert_eq!(
+        publisher.stats().dropped_events,
+        0,
+        "the runs must not overflow the queue"
+    );
+
+    let baseline = MutexCondvarPublisher::new();
+    group.bench_function("baseline_mutex_condvar_deque", |b| {
+        b.iter_custom(|iters| {
+            timed_runs(
+                iters,
+                |i| baseline.on_put_commit(b"tenant-a", &keys[(i % RUN) as usize], b"group-1", 1),
+                || {
+                    while !baseline.drained() {
+                        std::thread::yield_now();
+                    }
+                },
+            )
+        })
+    });
+
+    let disabled = Publisher::disabled();
+    group.bench_function("disabled", |b| {
+        b.iter(|| disabled.on_put_commit("tenant-a", black_box(&keys[0]), "group-1", cpu))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, hot_path);
+criterion_main!(benches);

@@ -1,0 +1,54 @@
+//! Entry points for the criterion benchmarks into what the public API hides (`--features
+//! bench`); not part of the library's interface.
+
+use crate::config::Config;
+use crate::encode::{Encoder, MAX_BATCH_EVENTS};
+use crate::event::{Event, EventKind};
+use crate::media::Medium;
+
+/// Encodes full batches of one kind of event with a 64-byte key, as the publishing thread does.
+#[derive(Debug)]
+pub struct EncodeBatches {
+    encoder: Encoder,
+    kind: EventKind,
+    key: Vec<u8>,
+    out: Vec<u8>,
+}
+
+impl EncodeBatches {
+    /// A realistic context: model, block size and backend set, legacy fields as asked.
+    pub fn new(kind: EventKind, legacy: bool) -> EncodeBatches {
+        let config = Config {
+            backend_id: "mooncake-store-0".into(),
+            model_name: "meta-llama/Llama-3.1-8B-Instruct".into(),
+            block_size: 16,
+            emit_legacy_compat: legacy,
+            ..Config::default()
+        };
+        EncodeBatches {
+            encoder: Encoder::new(&config),
+            kind,
+            key: vec![b'k'; 64],
+            out: Vec::new(),
+        }
+    }
+
+    /// Events per call of [`EncodeBatches::encode`].
+    pub const EVENTS: usize = MAX_BATCH_EVENTS;
+
+    /// Encodes one batch of [`EncodeBatches::EVENTS`] events; returns its size in bytes.
+    pub fn encode(&mut self) -> usize {
+        let cleared = self.kind == EventKind::Cleared;
+        let event = Event {
+            kind: self.kind,
+            medium: (!cleared).then_some(Medium::Cpu),
+            tenant: b"tenant-a",
+            key: if cleared { b"" } else { &self.key },
+            group: if cleared { b"" } else { b"group-1" },
+        };
+        let events = std::iter::repeat_n(event, Self::EVENTS);
+        self.encoder
+            .encode_batch(1_764_000_000_000, Self::EVENTS, events, &mut self.out);
+        self.out.len()
+    }
+}
