@@ -36,12 +36,15 @@ fn keys() -> Vec<Vec<u8>> {
     (0..RUN).map(|i| format!("{i:0>64}").into_bytes()).collect()
 }
 
+/// What the baseline's callers copy into its deque: tenant, key, group, media.
+type OwnedCall = (Vec<u8>, Vec<u8>, Vec<u8>, u8);
+
+/// The deque and the shutdown flag behind one mutex, and the condition variable.
+type BaselineState = (Mutex<(VecDeque<OwnedCall>, bool)>, Condvar);
+
 /// The baseline: callers lock a deque, push owned strings and notify; a thread pops.
 struct MutexCondvarPublisher {
-    shared: Arc<(
-        Mutex<(VecDeque<(Vec<u8>, Vec<u8>, Vec<u8>, u8)>, bool)>,
-        Condvar,
-    )>,
+    shared: Arc<BaselineState>,
     worker: Option<JoinHandle<()>>,
 }
 
