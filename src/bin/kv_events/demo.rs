@@ -1,0 +1,341 @@
+//! `kv-events demo`: a publisher, a watcher reading it the way `tail` does, and a synthetic
+//! master workload between them; then what the watcher saw against what was published.
+
+use crate::args::{DemoArgs, Show};
+use crate::master::{self, Counts, Master};
+use crate::view::{connect_form, View, RCVHWM};
+use mooncake_kv_events::watch::Subscriber;
+use mooncake_kv_events::{Config, Publisher, Stats};
+use std::fmt::Write as _;
+use std::io::{self, Write as _};
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BACKEND_ID: &str = "demo-store";
+const MODEL_NAME: &str = "demo-model";
+const BLOCK_SIZE: u32 = 16;
+/// How long the publisher may take to send what the workload queued.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the watcher may take, after the flush, to read what was sent.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one wait of the watcher for a message lasts: it bounds how late it sees its
+/// stop order.
+const WATCH_POLL: Duration = Duration::from_millis(20);
+
+/// The watcher's stop order: read until `events` events arrived or `deadline` passed.
+#[derive(Debug)]
+struct Drain {
+    events: u64,
+    deadline: Instant,
+}
+
+/// What the watcher thread hands back: what it read, and why it stopped early, if it did.
+type Watched = (View, Option<String>);
+
+/// Runs the demo. `Err` says why it failed, in one sentence.
+pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
+    let config = Config {
+        enable_kv_events: true,
+        bind_endpoint: args.endpoint.clone(),
+        backend_id: BACKEND_ID.into(),
+        model_name: MODEL_NAME.into(),
+        block_size: BLOCK_SIZE,
+        ..Config::default()
+    };
+    let publisher = Publisher::create(&config)
+        .map_err(|e| format!("cannot start the publisher: {e} (pick another with --endpoint)"))?;
+    let endpoint = connect_form(&args.endpoint);
+    say(&format!(
+        "kv-events demo: publishing on {} as backend_id \"{BACKEND_ID}\", model_name \
+         \"{MODEL_NAME}\", block_size {BLOCK_SIZE}\n\
+         To watch it from another terminal (start it, then run the demo again, or give the \
+         demo --wait 10):\n    {} tail {}\n",
+        args.endpoint,
+        program(),
+        shell_word(&endpoint),
+    ));
+
+    let subscriber = Subscriber::connect(&endpoint, RCVHWM)
+        .map_err(|e| format!("the watcher cannot connect to {endpoint}: {e}"))?;
+    let (to_watcher, orders) = mpsc::channel();
+    let show = args.show;
+    let watcher = thread::Builder::new()
+        .name("kv-events-watcher".into())
+        .spawn(move || watch(subscriber, show, &orders))
+        .map_err(|e| format!("cannot start the watcher thread: {e}"))?;
+    say(&match show {
+        Show::All => "The watcher prints every event:\n".to_owned(),
+        Show::FirstOfEachType(n) => format!(
+            "The watcher prints the first {n} events of each type (--show all: every one):\n"
+        ),
+    });
+    // ZeroMQ's slow joiner: a subscription takes a moment to reach the PUB socket, and a
+    // message sent before that is not delivered to it.
+    thread::sleep(args.wait);
+
+    let started = Instant::now();
+    let master = master::run(&publisher, args.objects);
+    let flushed = publisher.flush(FLUSH_TIMEOUT);
+    let published = publisher.stats().published_events;
+    // If the watcher already stopped, it said why; the send failing adds nothing.
+    let _ = to_watcher.send(Drain {
+        events: published,
+        deadline: Instant::now() + DRAIN_TIMEOUT,
+    });
+    let (view, watcher_failure) = watcher
+        .join()
+        .map_err(|_| "the watcher thread panicked".to_owned())?;
+    publisher.shutdown();
+    let stats = publisher.stats();
+
+    say(&summary(args, &master, &view, &stats, started));
+    let mut problems = Vec::new();
+    if !flushed {
+        problems.push(format!(
+            "the publisher did not send everything within {}s",
+            FLUSH_TIMEOUT.as_secs()
+        ));
+    }
+    problems.extend(watcher_failure);
+    problems.extend(verdict(&master, &view, &stats));
+    if problems.is_empty() {
+        say(&format!(
+            "\nOK: the watcher saw all {} published events, in order, with no gap.\n",
+            stats.published_events
+        ));
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// The watcher thread: reads and prints like `tail` until its stop order is met.
+fn watch(mut subscriber: Subscriber, show: Show, orders: &Receiver<Drain>) -> Watched {
+    let mut view = View::new(show);
+    let mut drain = None;
+    loop {
+        if drain.is_none() {
+            match orders.try_recv() {
+                Ok(order) => drain = Some(order),
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => return (view, None),
+            }
+        }
+        if let Some(Drain { events, deadline }) = drain {
+            // Falling short at the deadline is for the verdict to say.
+            if view.tally.events >= events || Instant::now() >= deadline {
+                return (view, None);
+            }
+        }
+        match subscriber.recv(WATCH_POLL) {
+            Ok(Some(batch)) => {
+                let printed = view.take(
+                    &batch,
+                    u64::MAX,
+                    &mut io::stdout().lock(),
+                    &mut io::stderr().lock(),
+                );
+                if let Err(e) = printed {
+                    return (view, Some(format!("the watcher cannot print: {e}")));
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return (view, Some(format!("the watcher failed: {e}"))),
+        }
+    }
+}
+
+/// What went wrong, if anything: every published event seen, in order, and each type as
+/// many times as the model of the master expects.
+fn verdict(master: &Master<'_>, view: &View, stats: &Stats) -> Vec<String> {
+    let tally = &view.tally;
+    let mut problems = Vec::new();
+    if tally.events != stats.published_events {
+        problems.push(format!(
+            "the watcher saw {} of {} published events",
+            tally.events, stats.published_events
+        ));
+    }
+    if tally.missed_before_first > 0 {
+        problems.push(format!(
+            "the watcher joined late, after {} sequence numbers (give it longer with --wait)",
+            tally.missed_before_first
+        ));
+    }
+    if tally.gaps > 0 {
+        problems.push(format!(
+            "{} sequence gaps ({} numbers missed)",
+            tally.gaps, tally.missed
+        ));
+    }
+    if tally.restarts > 0 {
+        problems.push(format!("the sequence restarted {} times", tally.restarts));
+    }
+    if stats.dropped_events > 0 {
+        problems.push(format!(
+            "the publisher dropped {} events",
+            stats.dropped_events
+        ));
+    }
+    let expected = master.expected();
+    let seen = Counts {
+        stored: tally.stored,
+        removed: tally.removed,
+        cleared: tally.cleared,
+    };
+    if seen != expected || tally.other > 0 {
+        problems.push(format!(
+            "the watcher saw {} stored, {} removed, {} cleared and {} others where the \
+             workload should publish {} stored, {} removed, {} cleared",
+            seen.stored,
+            seen.removed,
+            seen.cleared,
+            tally.other,
+            expected.stored,
+            expected.removed,
+            expected.cleared
+        ));
+    }
+    if stats.cleared_suppressed != master.cleared_suppressed {
+        problems.push(format!(
+            "the publisher suppressed {} cleared events where the workload expects {}",
+            stats.cleared_suppressed, master.cleared_suppressed
+        ));
+    }
+    problems
+}
+
+fn summary(
+    args: &DemoArgs,
+    master: &Master<'_>,
+    view: &View,
+    stats: &Stats,
+    started: Instant,
+) -> String {
+    let mut s = String::new();
+    let tenants = master::TENANTS.map(|t| if t.is_empty() { "default" } else { t });
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        s,
+        "\nWorkload: {} objects over tenants {}; what each master operation should publish:",
+        args.objects,
+        tenants.join(", ")
+    );
+    let _ = writeln!(
+        s,
+        "  {:<40} {:>7} {:>7} {:>7} {:>7}",
+        "master operation", "objects", "stored", "removed", "cleared"
+    );
+    for row in &master.rows {
+        let e = row.expected;
+        let _ = writeln!(
+            s,
+            "  {:<40} {:>7} {:>7} {:>7} {:>7}",
+            row.operation, row.objects, e.stored, e.removed, e.cleared
+        );
+    }
+    let e = master.expected();
+    let _ = writeln!(
+        s,
+        "  {:<40} {:>7} {:>7} {:>7} {:>7}",
+        "total", "", e.stored, e.removed, e.cleared
+    );
+    let _ = writeln!(s, "  objects left: {}", master.live_objects());
+
+    let t = &view.tally;
+    let _ = writeln!(s, "\nWatcher (read as kv-events tail reads):");
+    for (label, value) in [
+        ("batches", t.batches),
+        ("events", t.events),
+        ("stored", t.stored),
+        ("removed", t.removed),
+        ("cleared", t.cleared),
+    ] {
+        let _ = writeln!(s, "  {label:<22} {value:>9}");
+    }
+    let _ = writeln!(
+        s,
+        "  {:<22} {:>9}  ({} sequence numbers missed, {} before the first message, {} restarts)",
+        "gaps", t.gaps, t.missed, t.missed_before_first, t.restarts
+    );
+    match t.last_event_at {
+        Some(last) if t.events > 0 => {
+            let took = last.saturating_duration_since(started);
+            let rate = t.events as f64 / took.as_secs_f64().max(1e-9);
+            let _ = writeln!(
+                s,
+                "  {:<22} {:>9.0}  ({} events from the first call to the last event seen, {:.1} ms)",
+                "events/s",
+                rate,
+                t.events,
+                took.as_secs_f64() * 1e3
+            );
+        }
+        _ => {
+            let _ = writeln!(s, "  {:<22} {:>9}", "events/s", "-");
+        }
+    }
+
+    let _ = writeln!(s, "\nPublisher stats:");
+    for (label, value) in [
+        ("published_batches", stats.published_batches),
+        ("published_events", stats.published_events),
+        ("dropped_events", stats.dropped_events),
+        ("skipped_keyless_events", stats.skipped_keyless_events),
+        ("cleared_suppressed", stats.cleared_suppressed),
+        ("send_failures", stats.send_failures),
+        ("queue_depth", stats.queue_depth),
+        ("queue_capacity", stats.queue_capacity),
+        ("last_sequence", stats.last_sequence),
+    ] {
+        let _ = writeln!(s, "  {label:<22} {value:>9}");
+    }
+    s
+}
+
+/// Writes `text` to stdout. A closed stdout is no reason to fail the demo, whose verdict
+/// is also its exit status.
+fn say(text: &str) {
+    let mut out = io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// How to run this program again from another terminal: its path, relative to the working
+/// directory when it is under it.
+fn program() -> String {
+    let Ok(exe) = std::env::current_exe() else {
+        return "kv-events".into();
+    };
+    let relative = std::env::current_dir()
+        .ok()
+        .and_then(|dir| exe.strip_prefix(dir).ok().map(|p| p.display().to_string()));
+    match relative {
+        // A bare name would be looked up in PATH.
+        Some(path) if !path.contains('/') => shell_word(&format!("./{path}")),
+        Some(path) => shell_word(&path),
+        None => shell_word(&exe.display().to_string()),
+    }
+}
+
+/// `word` as one shell word: quoted when it holds anything but the usual path characters.
+fn shell_word(word: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-:+=@%,".contains(c);
+    if !word.is_empty() && word.chars().all(plain) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(shell_word("tcp://127.0.0.1:5557"), "tcp://127.0.0.1:5557");
+        assert_eq!(shell_word("ipc:///tmp/a b"), "'ipc:///tmp/a b'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+    }
+}

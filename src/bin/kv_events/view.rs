@@ -1,0 +1,314 @@
+//! Reading the stream for people. `tail` and the demo's watcher share this path: a decoded
+//! batch becomes JSON lines on stdout, a note on stderr when its sequence does not follow,
+//! and counts.
+
+use crate::args::Show;
+use mooncake_kv_events::watch::{self, Batch, Continuity};
+use rmpv::Value;
+use std::io::{self, Write};
+use std::time::Instant;
+
+/// The receive high-water mark of a watching subscriber, in messages: far above what a
+/// reader that keeps up ever holds, so its own buffer never loses a message.
+pub(crate) const RCVHWM: i32 = 1_000_000;
+
+/// What a reader has seen so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// Messages read.
+    pub(crate) batches: u64,
+    /// Events taken from them.
+    pub(crate) events: u64,
+    /// `stored` events.
+    pub(crate) stored: u64,
+    /// `removed` events.
+    pub(crate) removed: u64,
+    /// `cleared` events.
+    pub(crate) cleared: u64,
+    /// Events of no known type.
+    pub(crate) other: u64,
+    /// Sequence gaps after the first message: each is one or more lost numbers.
+    pub(crate) gaps: u64,
+    /// Sequence numbers those gaps skipped.
+    pub(crate) missed: u64,
+    /// Sequence numbers before the first message read: published before the reader joined.
+    pub(crate) missed_before_first: u64,
+    /// Times the sequence went back: the publisher restarted.
+    pub(crate) restarts: u64,
+    /// When the last event was taken.
+    pub(crate) last_event_at: Option<Instant>,
+}
+
+/// Turns batches into printed lines and a [`Tally`].
+#[derive(Debug)]
+pub(crate) struct View {
+    /// What was read so far.
+    pub(crate) tally: Tally,
+    show: Show,
+    /// Events printed so far, per [`EventType`].
+    shown: [u64; 4],
+    last_sequence: Option<u64>,
+}
+
+/// The `event_type` of an event, as far as a reader knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EventType {
+    Stored,
+    Removed,
+    Cleared,
+    Other,
+}
+
+impl EventType {
+    fn of(event: &Value) -> EventType {
+        match watch::field(event, "event_type").and_then(Value::as_str) {
+            Some("stored") => EventType::Stored,
+            Some("removed") => EventType::Removed,
+            Some("cleared") => EventType::Cleared,
+            _ => EventType::Other,
+        }
+    }
+}
+
+impl View {
+    /// A view that prints the events `show` selects and counts every event.
+    pub(crate) fn new(show: Show) -> View {
+        View {
+            tally: Tally::default(),
+            show,
+            shown: [0; 4],
+            last_sequence: None,
+        }
+    }
+
+    /// Takes up to `limit` events of `batch`: notes on `err` how its sequence follows the
+    /// previous one when it does not simply follow, prints the events this view shows on
+    /// `out` (one JSON line each, flushed), and counts them. Returns how many it took.
+    pub(crate) fn take(
+        &mut self,
+        batch: &Batch,
+        limit: u64,
+        out: &mut impl Write,
+        err: &mut impl Write,
+    ) -> io::Result<u64> {
+        if let Some(note) = self.follow(batch) {
+            writeln!(err, "kv-events: {note}")?;
+        }
+        let mut taken = 0;
+        for event in batch
+            .events
+            .iter()
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
+        {
+            let kind = EventType::of(event);
+            *match kind {
+                EventType::Stored => &mut self.tally.stored,
+                EventType::Removed => &mut self.tally.removed,
+                EventType::Cleared => &mut self.tally.cleared,
+                EventType::Other => &mut self.tally.other,
+            } += 1;
+            let shown = &mut self.shown[kind as usize];
+            let print = match self.show {
+                Show::All => true,
+                Show::FirstOfEachType(n) => *shown < n,
+            };
+            if print {
+                *shown += 1;
+                writeln!(out, "{}", event_line(batch.sequence, event))?;
+                out.flush()?;
+            }
+            taken += 1;
+        }
+        self.tally.batches += 1;
+        self.tally.events += taken;
+        if taken > 0 {
+            self.tally.last_event_at = Some(Instant::now());
+        }
+        Ok(taken)
+    }
+
+    /// Counts how `batch` follows the previous one; a sentence for people when it does not
+    /// simply come next.
+    fn follow(&mut self, batch: &Batch) -> Option<String> {
+        let sequence = batch.sequence;
+        let previous = self.last_sequence.replace(sequence);
+        match batch.continuity {
+            Continuity::Next => None,
+            Continuity::First { missed: 0 } => None,
+            Continuity::First { missed } => {
+                self.tally.missed_before_first += missed;
+                Some(format!(
+                    "first message seen has sequence {sequence}: {missed} earlier sequence \
+                     number{} went out before this subscriber joined",
+                    plural(missed)
+                ))
+            }
+            Continuity::Gap { missed } => {
+                self.tally.gaps += 1;
+                self.tally.missed += missed;
+                Some(format!(
+                    "gap of {missed} before sequence {sequence} (events dropped by the \
+                     publisher, or messages lost)"
+                ))
+            }
+            Continuity::Restart => {
+                self.tally.restarts += 1;
+                let after = previous.map_or_else(String::new, |p| format!(" after {p}"));
+                Some(format!(
+                    "restart: the sequence went back to {sequence}{after}: the publisher \
+                     restarted, its subscribers' view of the store may be stale"
+                ))
+            }
+        }
+    }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// One event as a JSON line: its map (bytes that are not UTF-8 as `{"hex": ...}`) and the
+/// `sequence` of the batch that carried it.
+pub(crate) fn event_line(sequence: u64, event: &Value) -> String {
+    let line = match watch::to_json(event) {
+        serde_json::Value::Object(mut map) => {
+            map.insert("sequence".into(), sequence.into());
+            serde_json::Value::Object(map)
+        }
+        other => serde_json::json!({ "event": other, "sequence": sequence }),
+    };
+    line.to_string()
+}
+
+/// The address a subscriber connects to for a publisher bound on `endpoint`: a TCP wildcard
+/// host (`*`, `0.0.0.0`) means this machine, the rest is used as given.
+pub(crate) fn connect_form(endpoint: &str) -> String {
+    ["tcp://*:", "tcp://0.0.0.0:"]
+        .iter()
+        .find_map(|wildcard| endpoint.strip_prefix(wildcard))
+        .map_or_else(
+            || endpoint.to_owned(),
+            |port| format!("tcp://127.0.0.1:{port}"),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: &str, key: Value) -> Value {
+        Value::Map(vec![
+            (Value::from("event_type"), Value::from(kind)),
+            (Value::from("object_key"), key),
+        ])
+    }
+
+    fn batch(sequence: u64, continuity: Continuity, events: Vec<Value>) -> Batch {
+        Batch {
+            sequence,
+            continuity,
+            timestamp_ms: 1,
+            dp_rank: 0,
+            events,
+        }
+    }
+
+    fn run(view: &mut View, batch: &Batch, limit: u64) -> (u64, String, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let taken = view.take(batch, limit, &mut out, &mut err).unwrap();
+        let text = |b| String::from_utf8(b).unwrap();
+        (taken, text(out), text(err))
+    }
+
+    #[test]
+    fn each_event_prints_as_one_json_line_with_its_sequence() {
+        let mut view = View::new(Show::All);
+        let b = batch(
+            1,
+            Continuity::First { missed: 0 },
+            vec![
+                event("stored", Value::from("k")),
+                event("removed", Value::Binary(vec![0xff, 0x01])),
+            ],
+        );
+        let (taken, out, err) = run(&mut view, &b, u64::MAX);
+        assert_eq!((taken, err.as_str()), (2, ""));
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                serde_json::json!({"event_type": "stored", "object_key": "k", "sequence": 1}),
+                serde_json::json!({"event_type": "removed", "object_key": {"hex": "ff01"},
+                                   "sequence": 1}),
+            ]
+        );
+        assert_eq!((view.tally.stored, view.tally.removed), (1, 1));
+    }
+
+    #[test]
+    fn a_limit_takes_part_of_a_batch() {
+        let mut view = View::new(Show::All);
+        let events = vec![event("stored", Value::from("k")); 3];
+        let (taken, out, _) = run(&mut view, &batch(1, Continuity::Next, events), 2);
+        assert_eq!((taken, out.lines().count()), (2, 2));
+        assert_eq!((view.tally.events, view.tally.batches), (2, 1));
+    }
+
+    #[test]
+    fn showing_the_first_of_each_type_still_counts_them_all() {
+        let mut view = View::new(Show::FirstOfEachType(1));
+        let events = vec![
+            event("stored", Value::from("a")),
+            event("stored", Value::from("b")),
+            event("cleared", Value::Nil),
+        ];
+        let (taken, out, _) = run(&mut view, &batch(1, Continuity::Next, events), u64::MAX);
+        assert_eq!((taken, out.lines().count()), (3, 2));
+        assert_eq!((view.tally.stored, view.tally.cleared), (2, 1));
+    }
+
+    #[test]
+    fn gaps_late_joins_and_restarts_are_noted_and_counted() {
+        let mut view = View::new(Show::FirstOfEachType(0));
+        let one = || vec![event("stored", Value::from("k"))];
+        let (_, _, err) = run(
+            &mut view,
+            &batch(5, Continuity::First { missed: 4 }, one()),
+            9,
+        );
+        assert!(err.contains("sequence 5: 4 earlier"), "{err}");
+        let (_, _, err) = run(&mut view, &batch(6, Continuity::Next, one()), 9);
+        assert_eq!(err, "");
+        let (_, _, err) = run(
+            &mut view,
+            &batch(9, Continuity::Gap { missed: 2 }, one()),
+            9,
+        );
+        assert!(err.contains("gap of 2 before sequence 9"), "{err}");
+        let (_, _, err) = run(&mut view, &batch(1, Continuity::Restart, one()), 9);
+        assert!(
+            err.contains("restart: the sequence went back to 1 after 9"),
+            "{err}"
+        );
+        let t = &view.tally;
+        assert_eq!(
+            (t.missed_before_first, t.gaps, t.missed, t.restarts),
+            (4, 1, 2, 1)
+        );
+    }
+
+    #[test]
+    fn wildcard_tcp_hosts_connect_to_this_machine() {
+        assert_eq!(connect_form("tcp://*:5557"), "tcp://127.0.0.1:5557");
+        assert_eq!(connect_form("tcp://0.0.0.0:1"), "tcp://127.0.0.1:1");
+        assert_eq!(connect_form("tcp://10.0.0.2:1"), "tcp://10.0.0.2:1");
+        assert_eq!(connect_form("ipc:///run/kv.sock"), "ipc:///run/kv.sock");
+    }
+}
