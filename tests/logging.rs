@@ -24,10 +24,15 @@ fn lifecycle_lines_land_in_the_installed_sink() {
 
     let lines = lines.lock().unwrap();
     let find = |level: Level, needle: &str| {
-        lines.iter().any(|(l, line)| *l == level && line.contains(needle))
+        lines
+            .iter()
+            .any(|(l, line)| *l == level && line.contains(needle))
     };
     assert!(find(Level::Info, "publisher started"), "{lines:?}");
-    assert!(find(Level::Info, &format!("bind_endpoint={endpoint:?}")), "the effective config");
+    assert!(
+        find(Level::Info, &format!("bind_endpoint={endpoint:?}")),
+        "the effective config"
+    );
     assert!(find(Level::Info, "model_name=\"llama\""));
     assert!(find(Level::Warn, "kv_events_emit_object_key=false"));
     assert!(find(Level::Info, "publisher stopped"));
