@@ -1,0 +1,296 @@
+//! The `kv-events` command as a user runs it: `demo` end to end, `tail` against a publisher
+//! made here, and the exit statuses of bad command lines.
+
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+const CPU: MediumSet = MediumSet::EMPTY.with(Medium::Cpu);
+const DISK: MediumSet = MediumSet::EMPTY.with(Medium::Disk);
+const BOTH: MediumSet = CPU.with(Medium::Disk);
+
+fn kv_events() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kv-events"))
+}
+
+/// An ipc endpoint no other test uses. ZeroMQ leaves the socket file behind when the
+/// publisher closes; dropping this removes it.
+struct Endpoint(String);
+
+impl Endpoint {
+    fn new() -> Endpoint {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Endpoint(format!(
+            "ipc:///tmp/kv-events-cli-{}-{n}.sock",
+            std::process::id()
+        ))
+    }
+}
+
+impl std::ops::Deref for Endpoint {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0.trim_start_matches("ipc://"));
+    }
+}
+
+fn publisher(endpoint: &str) -> Publisher {
+    Publisher::create(&Config {
+        enable_kv_events: true,
+        bind_endpoint: endpoint.to_owned(),
+        backend_id: "cli-store".into(),
+        model_name: "cli-model".into(),
+        block_size: 16,
+        ..Config::default()
+    })
+    .expect("the publisher binds")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).expect("UTF-8 output")
+}
+
+/// A running `kv-events tail`, its stderr's first line (said once it connected) read.
+struct Tail {
+    child: Child,
+    stderr: BufReader<ChildStderr>,
+}
+
+impl Tail {
+    fn start(endpoint: &str, options: &[&str]) -> Tail {
+        let mut child = kv_events()
+            .args(["tail", endpoint])
+            .args(options)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kv-events starts");
+        let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+        let mut first = String::new();
+        stderr.read_line(&mut first).expect("tail's stderr");
+        assert!(first.contains("watching"), "{first}");
+        // ZeroMQ's slow joiner: the subscription takes a moment to reach the PUB socket.
+        // This is setup, not an assertion: a message sent before it would be missed.
+        std::thread::sleep(Duration::from_millis(500));
+        Tail { child, stderr }
+    }
+
+    /// Waits for the exit: status, stdout, and the rest of stderr.
+    fn finish(mut self) -> (Output, String) {
+        let mut rest = String::new();
+        self.stderr
+            .read_to_string(&mut rest)
+            .expect("tail's stderr");
+        let output = self.child.wait_with_output().expect("tail exits");
+        (output, rest)
+    }
+}
+
+#[test]
+fn demo_sees_every_published_event_with_no_gap() {
+    let output = kv_events()
+        .args(["demo", "--endpoint", &Endpoint::new(), "--objects", "200"])
+        .output()
+        .expect("kv-events runs");
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    // The summary's lines read "  <label>  <count> ...".
+    let count = |label: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next() == Some(label)).then(|| words.next()?.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no {label} count in\n{stdout}"))
+    };
+    for label in ["stored", "removed", "cleared"] {
+        assert!(count(label) > 0, "{label}: {stdout}");
+    }
+    assert_eq!(count("gaps"), 0, "{stdout}");
+    assert_eq!(count("dropped_events"), 0, "{stdout}");
+    assert_eq!(count("events"), count("published_events"), "{stdout}");
+    assert!(
+        stdout.contains(" tail ipc:///tmp/kv-events-cli-"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("\nOK: "), "{stdout}");
+}
+
+#[test]
+fn demo_exits_1_when_its_endpoint_cannot_be_bound() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = taken.local_addr().expect("its address").port();
+    let output = kv_events()
+        .args(["demo", "--endpoint", &format!("tcp://127.0.0.1:{port}")])
+        .output()
+        .expect("kv-events runs");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot be bound"), "{stderr}");
+}
+
+#[test]
+fn tail_prints_each_event_as_a_json_line_with_its_sequence() {
+    let endpoint = Endpoint::new();
+    let publisher = publisher(&endpoint);
+    let tail = Tail::start(&endpoint, &["--count", "6", "--idle-timeout", "5"]);
+
+    publisher.on_put_commit("", b"key-\xff", "group-1", BOTH);
+    publisher.on_medium_delta("tenant-a", "key-2", "", CPU, DISK);
+    let scan = publisher.begin_remove_all();
+    publisher.on_medium_delta("tenant-b", "key-3", "group-1", CPU, MediumSet::EMPTY);
+    publisher.on_remove_all(&scan, "tenant-b", 1, 0);
+    // One more than --count: tail stops before it.
+    publisher.on_put_commit("", "key-4", "", CPU);
+    assert!(publisher.flush(Duration::from_secs(10)), "flush");
+
+    let (output, stderr) = tail.finish();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let column = |key: &str| -> Vec<Value> { events.iter().map(|e| e[key].clone()).collect() };
+    assert_eq!(
+        column("event_type"),
+        ["stored", "stored", "removed", "stored", "removed", "cleared"]
+    );
+    assert_eq!(
+        column("medium"),
+        [
+            json!("cpu"),
+            json!("disk"),
+            json!("cpu"),
+            json!("disk"),
+            json!("cpu"),
+            Value::Null
+        ]
+    );
+    assert_eq!(column("event_id"), [1, 2, 3, 4, 5, 6]);
+    assert_eq!(
+        column("tenant_id"),
+        ["default", "default", "tenant-a", "tenant-a", "tenant-b", "tenant-b"]
+    );
+    let key_hex: String = b"key-\xff".iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(events[0]["object_key"], json!({ "hex": key_hex }));
+    assert_eq!(events[2]["object_key"], "key-2");
+    assert_eq!(events[0]["group_id"], "group-1");
+    assert_eq!(events[2]["group_id"], Value::Null);
+    for event in &events {
+        assert_eq!(event["backend_id"], "cli-store");
+        assert_eq!(event["model_name"], "cli-model");
+        assert_eq!(event["block_size"], 16);
+        assert!(
+            event["sequence"].as_u64().is_some_and(|s| s >= 1),
+            "{event}"
+        );
+        assert!(event["timestamp"].as_u64().is_some(), "{event}");
+    }
+    let sequences = column("sequence");
+    assert!(
+        sequences.windows(2).all(|w| w[0].as_u64() <= w[1].as_u64()),
+        "{sequences:?}"
+    );
+    assert!(!events[5].as_object().unwrap().contains_key("object_key"));
+    assert!(!stderr.contains("gap"), "{stderr}");
+}
+
+#[test]
+fn tail_reports_a_publisher_restart_on_stderr() {
+    let endpoint = Endpoint::new();
+    let first = publisher(&endpoint);
+    let tail = Tail::start(&endpoint, &["--count", "2", "--idle-timeout", "5"]);
+    first.on_put_commit("", "before-restart", "", CPU);
+    assert!(first.flush(Duration::from_secs(10)), "flush");
+    drop(first);
+
+    let second = publisher(&endpoint);
+    // Setup, as above: the subscriber reconnects to the new socket on its own.
+    std::thread::sleep(Duration::from_millis(1000));
+    second.on_put_commit("", "after-restart", "", CPU);
+    assert!(second.flush(Duration::from_secs(10)), "flush");
+
+    let (output, stderr) = tail.finish();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    assert!(
+        stderr.contains("restart: the sequence went back to 1 after 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn tail_stops_after_its_idle_timeout() {
+    let output = kv_events()
+        .args(["tail", &Endpoint::new(), "--idle-timeout", "0.2"])
+        .output()
+        .expect("kv-events runs");
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(output.stdout.is_empty());
+    assert!(stderr.contains("no message for 0.2s"), "{stderr}");
+}
+
+#[test]
+fn tail_with_bad_arguments_exits_2_with_the_usage() {
+    for args in [
+        &["tail"][..],
+        &["tail", "ipc:///tmp/a", "ipc:///tmp/b"],
+        &["tail", "ipc:///tmp/a", "--count"],
+        &["tail", "ipc:///tmp/a", "--count", "many"],
+        &["tail", "ipc:///tmp/a", "--idle-timeout", "soon"],
+        &["tail", "ipc:///tmp/a", "--follow"],
+        &[],
+        &["watch"],
+    ] {
+        let output = kv_events().args(args).output().expect("kv-events runs");
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("Usage:"), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn tail_exits_1_when_it_cannot_connect() {
+    let output = kv_events()
+        .args(["tail", "nope://nowhere", "--idle-timeout", "1"])
+        .output()
+        .expect("kv-events runs");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot connect to nope://nowhere"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn help_prints_the_usage_with_examples() {
+    for args in [["--help"], ["-h"]] {
+        let output = kv_events().args(args).output().expect("kv-events runs");
+        let stdout = text(&output.stdout);
+        assert!(output.status.success());
+        for part in [
+            "Usage:",
+            "kv-events tail ENDPOINT",
+            "Examples:",
+            "kv-events demo",
+        ] {
+            assert!(stdout.contains(part), "{part}: {stdout}");
+        }
+    }
+}
