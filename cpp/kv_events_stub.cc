@@ -1,0 +1,47 @@
+// The ENABLE_KV_EVENTS=OFF side of include/mooncake/kv_events.h: the same API with no Rust
+// and no ZeroMQ behind it. Every publisher is disabled: every call does nothing, enabled() is
+// false, stats() is zeros and status_json() says events were not built in. create() accepts
+// any config, an enabled one included, so a master built without events starts as usual.
+
+#include "mooncake/kv_events.h"
+
+#include <utility>
+
+#include "status_json.h"
+
+namespace mooncake::kv_events {
+
+struct Publisher::Impl {};
+
+std::unique_ptr<Publisher> Publisher::create(const Config& /*config*/) {
+  return std::unique_ptr<Publisher>(new Publisher(nullptr));
+}
+
+Publisher::Publisher(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+
+Publisher::~Publisher() = default;
+
+bool Publisher::enabled() const noexcept { return false; }
+
+void Publisher::on_put_commit(std::string_view, std::string_view, std::string_view,
+                              MediumSet) noexcept {}
+
+void Publisher::on_medium_delta(std::string_view, std::string_view, std::string_view,
+                                MediumSet, MediumSet) noexcept {}
+
+RemoveAllScan Publisher::begin_remove_all() noexcept { return RemoveAllScan(); }
+
+void Publisher::on_remove_all(const RemoveAllScan&, std::string_view, uint64_t,
+                              uint64_t) noexcept {}
+
+Stats Publisher::stats() const noexcept { return Stats{}; }
+
+std::string Publisher::status_json() const {
+  return detail::status_json(Stats{}, /*built_with_kv_events=*/false);
+}
+
+bool Publisher::flush(std::chrono::milliseconds) noexcept { return true; }
+
+void Publisher::shutdown() noexcept {}
+
+}  // namespace mooncake::kv_events
