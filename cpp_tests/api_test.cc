@@ -1,0 +1,125 @@
+// The header's value types and a disabled publisher: the same in the ON and the OFF build.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <type_traits>
+
+#include "mooncake/kv_events.h"
+
+namespace kv = mooncake::kv_events;
+using kv::Medium;
+using kv::MediumSet;
+using kv::ReplicaKind;
+
+namespace {
+
+// medium_of, section 2: memory is cpu, every other replica kind disk.
+static_assert(kv::medium_of(ReplicaKind::kMemory) == Medium::kCpu);
+static_assert(kv::medium_of(ReplicaKind::kDisk) == Medium::kDisk);
+static_assert(kv::medium_of(ReplicaKind::kLocalDisk) == Medium::kDisk);
+static_assert(kv::medium_of(ReplicaKind::kNofSsd) == Medium::kDisk);
+static_assert(kv::medium_of(ReplicaKind::kDfs) == Medium::kDisk);
+
+// MediumSet is a constexpr value.
+static_assert(MediumSet().empty());
+static_assert(MediumSet{Medium::kCpu}.contains(Medium::kCpu));
+static_assert(!MediumSet{Medium::kCpu}.contains(Medium::kDisk));
+static_assert(MediumSet{Medium::kCpu, Medium::kDisk} == MediumSet{Medium::kDisk, Medium::kCpu});
+static_assert(MediumSet{Medium::kCpu} != MediumSet{Medium::kDisk});
+static_assert(MediumSet{Medium::kDisk, Medium::kDisk}.bits() == 2);
+static_assert(MediumSet{Medium::kCpu}.bits() == 1);
+static_assert(MediumSet{Medium::kCpu, Medium::kDisk}.bits() == 3);
+static_assert(MediumSet().add(ReplicaKind::kNofSsd) == MediumSet{Medium::kDisk});
+static_assert(MediumSet::from_bits(0xff) == MediumSet{Medium::kCpu, Medium::kDisk});
+static_assert(std::is_trivially_copyable_v<MediumSet>);
+static_assert(std::is_trivially_copyable_v<kv::RemoveAllScan>);
+static_assert(kv::RemoveAllScan().id() == 0);
+static_assert(!std::is_copy_constructible_v<kv::Publisher>);
+
+TEST(MediumSet, AddCollapsesReplicaKindsOntoTwoMedia) {
+  MediumSet set;
+  set.add(ReplicaKind::kDisk).add(ReplicaKind::kLocalDisk).add(ReplicaKind::kDfs);
+  EXPECT_EQ(set, MediumSet{Medium::kDisk});
+  set.add(ReplicaKind::kMemory);
+  EXPECT_EQ(set, (MediumSet{Medium::kCpu, Medium::kDisk}));
+  EXPECT_TRUE(set.contains(Medium::kCpu));
+  EXPECT_FALSE(set.empty());
+}
+
+TEST(MediumSet, CopiesAreIndependentValues) {
+  MediumSet a{Medium::kCpu};
+  MediumSet b = a;
+  b.add(Medium::kDisk);
+  EXPECT_EQ(a, MediumSet{Medium::kCpu});
+  EXPECT_NE(a, b);
+}
+
+TEST(Config, DefaultsAreTheMasterFlagDefaults) {
+  const kv::Config c;
+  EXPECT_FALSE(c.enable_kv_events);
+  EXPECT_EQ(c.bind_endpoint, "");
+  EXPECT_EQ(c.backend_id, "");
+  EXPECT_EQ(c.model_name, "");
+  EXPECT_EQ(c.block_size, 0u);
+  EXPECT_EQ(c.additional_salt, "");
+  EXPECT_EQ(c.lora_name, "");
+  EXPECT_EQ(c.dp_rank, 0u);
+  EXPECT_TRUE(c.emit_object_key);
+  EXPECT_TRUE(c.emit_legacy_compat);
+  EXPECT_EQ(c.queue_capacity, 65536u);
+}
+
+void expect_zero(const kv::Stats& s) {
+  EXPECT_FALSE(s.enabled);
+  EXPECT_EQ(s.published_batches, 0u);
+  EXPECT_EQ(s.published_events, 0u);
+  EXPECT_EQ(s.dropped_events, 0u);
+  EXPECT_EQ(s.skipped_keyless_events, 0u);
+  EXPECT_EQ(s.cleared_suppressed, 0u);
+  EXPECT_EQ(s.send_failures, 0u);
+  EXPECT_EQ(s.queue_depth, 0u);
+  EXPECT_EQ(s.queue_capacity, 0u);
+  EXPECT_EQ(s.last_sequence, 0u);
+}
+
+TEST(Stats, DefaultIsDisabledAndZero) { expect_zero(kv::Stats{}); }
+
+TEST(DisabledPublisher, EveryCallReturnsAtOnceAndDoesNothing) {
+  kv::Config config;  // enable_kv_events = false
+  config.queue_capacity = 0;  // a disabled config is valid whatever it holds
+  const auto publisher = kv::Publisher::create(config);
+  ASSERT_NE(publisher, nullptr);
+  EXPECT_FALSE(publisher->enabled());
+
+  publisher->on_put_commit("t", "k", "g", {Medium::kCpu, Medium::kDisk});
+  publisher->on_medium_delta("t", "k", "g", {Medium::kCpu}, {});
+  publisher->on_put_commit("", "", "", {});
+  const kv::RemoveAllScan scan = publisher->begin_remove_all();
+  EXPECT_EQ(scan.id(), 0u);
+  publisher->on_remove_all(scan, "t", 5, 0);
+
+  expect_zero(publisher->stats());
+  EXPECT_TRUE(publisher->flush(std::chrono::milliseconds(0)));
+  EXPECT_NE(publisher->status_json().find("\"enabled\":false"), std::string::npos)
+      << publisher->status_json();
+  publisher->shutdown();
+  publisher->shutdown();
+  publisher->on_put_commit("t", "k", "g", {Medium::kCpu});
+  expect_zero(publisher->stats());
+}
+
+TEST(DisabledPublisher, StatusJsonIsOneObjectWithEveryStatsField) {
+  const std::string json = kv::Publisher::create({})->status_json();
+  EXPECT_EQ(json.front(), '{');
+  EXPECT_EQ(json.back(), '}');
+  for (const char* key : {"built_with_kv_events", "enabled", "published_batches",
+                          "published_events", "dropped_events", "skipped_keyless_events",
+                          "cleared_suppressed", "send_failures", "queue_depth",
+                          "queue_capacity", "last_sequence"}) {
+    EXPECT_NE(json.find(std::string("\"") + key + "\":"), std::string::npos) << key << json;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,60 @@
+// The OFF build: the stub behind the same header. No Rust and no ZeroMQ are linked; every
+// publisher, even from an enabled config, is one whose calls do nothing.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+
+#include "mooncake/kv_events.h"
+
+namespace kv = mooncake::kv_events;
+using kv::Medium;
+
+namespace {
+
+kv::Config enabled_config() {
+  kv::Config config;
+  config.enable_kv_events = true;
+  config.bind_endpoint = "tcp://127.0.0.1:5557";
+  config.backend_id = "store-a";
+  return config;
+}
+
+TEST(Stub, AnEnabledConfigGivesAPublisherThatDoesNothing) {
+  const auto publisher = kv::Publisher::create(enabled_config());
+  ASSERT_NE(publisher, nullptr);
+  EXPECT_FALSE(publisher->enabled());
+  publisher->on_put_commit("t", "k", "g", {Medium::kCpu, Medium::kDisk});
+  publisher->on_medium_delta("t", "k", "g", {Medium::kCpu}, {Medium::kDisk});
+  publisher->on_remove_all(publisher->begin_remove_all(), "t", 1, 0);
+  const kv::Stats stats = publisher->stats();
+  EXPECT_FALSE(stats.enabled);
+  EXPECT_EQ(stats.published_events, 0u);
+  EXPECT_EQ(stats.skipped_keyless_events, 0u);
+  EXPECT_EQ(stats.dropped_events, 0u);
+  EXPECT_TRUE(publisher->flush(std::chrono::seconds(1)));
+  publisher->shutdown();
+}
+
+TEST(Stub, CreateNeverThrowsEvenForAnInvalidConfig) {
+  kv::Config config = enabled_config();
+  config.bind_endpoint.clear();
+  config.backend_id.clear();
+  config.queue_capacity = 0;
+  config.model_name = "\xff\xfe";
+  EXPECT_NO_THROW(kv::Publisher::create(config));
+  // Two "publishers" on one endpoint: nothing is bound, nothing conflicts.
+  EXPECT_NO_THROW({
+    auto a = kv::Publisher::create(enabled_config());
+    auto b = kv::Publisher::create(enabled_config());
+  });
+}
+
+TEST(Stub, StatusJsonSaysEventsWereNotBuiltIn) {
+  const std::string json = kv::Publisher::create(enabled_config())->status_json();
+  EXPECT_NE(json.find("\"built_with_kv_events\":false"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"enabled\":false"), std::string::npos) << json;
+}
+
+}  // namespace

@@ -1,0 +1,35 @@
+// A ZeroMQ SUB socket for the tests, on the libzmq C API: it reads the publisher's stream as
+// any subscriber would, message by message, with a receive timeout.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kv_events_test {
+
+// One multipart message: its frames, in order.
+using Message = std::vector<std::string>;
+
+class Subscriber {
+ public:
+  // Connects to `endpoint` and subscribes to everything, with a receive high-water mark
+  // large enough that no test message is dropped on this side.
+  explicit Subscriber(const std::string& endpoint);
+  ~Subscriber();
+  Subscriber(const Subscriber&) = delete;
+  Subscriber& operator=(const Subscriber&) = delete;
+
+  // The next message, or nothing when none arrives within `timeout`.
+  std::optional<Message> receive(std::chrono::milliseconds timeout);
+
+  // Every message that arrives until none comes for `quiet`.
+  std::vector<Message> receive_all(std::chrono::milliseconds quiet);
+
+ private:
+  void* context_;
+  void* socket_;
+};
+
+}  // namespace kv_events_test

@@ -1,0 +1,112 @@
+#include "test_support.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <thread>
+
+namespace kv_events_test {
+
+std::string unique_endpoint() {
+  static std::atomic<int> next{0};
+  return "ipc:///tmp/kvev-cpp-" + std::to_string(getpid()) + "-" + std::to_string(next++) +
+         ".sock";
+}
+
+kv::Config enabled_config() {
+  kv::Config config;
+  config.enable_kv_events = true;
+  config.bind_endpoint = unique_endpoint();
+  config.backend_id = "store-a";
+  return config;
+}
+
+Batch parse(const Message& frames) {
+  auto fail = [](const std::string& what) { throw std::runtime_error("message: " + what); };
+  if (frames.size() != 3) fail(std::to_string(frames.size()) + " frames, expected 3");
+  if (!frames[0].empty()) fail("topic frame is not empty");
+  if (frames[1].size() != 8) fail("sequence frame is not 8 bytes");
+  Batch batch;
+  batch.frames = frames;
+  for (unsigned char byte : frames[1]) batch.sequence = (batch.sequence << 8) | byte;
+  batch.payload = decode(frames[2]);
+  const std::vector<Value>& parts = batch.payload.as_array();
+  if (parts.size() != 3) fail("payload is not [timestamp, events, dp_rank]");
+  batch.timestamp_ms = parts[0].as_uint();
+  batch.events = parts[1].as_array();
+  batch.dp_rank = parts[2].as_uint();
+  return batch;
+}
+
+Session::Session(const kv::Config& config)
+    : publisher_(kv::Publisher::create(config)),
+      subscriber_(std::make_unique<Subscriber>(config.bind_endpoint)) {
+  // ZeroMQ's slow joiner: the subscription takes a moment to reach the PUB socket, and a
+  // message sent before it arrives is not delivered. Setup, not an assertion: the first
+  // sequence number a test checks makes a miss visible.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+}
+
+std::vector<Batch> Session::collect() {
+  if (!publisher_->flush(std::chrono::seconds(10))) {
+    throw std::runtime_error("flush() did not complete");
+  }
+  const uint64_t sent = publisher_->stats().published_batches;
+  std::vector<Batch> batches;
+  while (received_batches_ < sent) {
+    auto message = subscriber_->receive(std::chrono::seconds(10));
+    if (!message) {
+      throw std::runtime_error("message " + std::to_string(received_batches_ + 1) + " of " +
+                               std::to_string(sent) + " never arrived");
+    }
+    batches.push_back(parse(*message));
+    ++received_batches_;
+  }
+  return batches;
+}
+
+std::vector<Value> Session::collect_events() { return events_of(collect()); }
+
+std::vector<Value> events_of(const std::vector<Batch>& batches) {
+  std::vector<Value> events;
+  for (const Batch& batch : batches) {
+    events.insert(events.end(), batch.events.begin(), batch.events.end());
+  }
+  return events;
+}
+
+namespace {
+
+std::string printable(const std::string& bytes) {
+  std::string out;
+  for (unsigned char c : bytes) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string summary(const Value& event) {
+  const std::string& type = event.at("event_type").as_str();
+  if (type == "cleared") return "cleared " + printable(event.at("tenant_id").bytes());
+  return type + " " + event.at("medium").as_str() + " " +
+         printable(event.at("object_key").bytes());
+}
+
+std::vector<std::string> summaries(const std::vector<Value>& events) {
+  std::vector<std::string> out;
+  for (const Value& event : events) out.push_back(summary(event));
+  return out;
+}
+
+}  // namespace kv_events_test
