@@ -3,3 +3,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --locked
+
+# The C++ face, as a master consumes it: the same suites against the Rust library (ON) and
+# against the stub (OFF). ON's cargo build shares the crate's target/ with the line above.
+for variant in ON OFF; do
+  dir="build/${variant,,}"
+  cmake -S cpp_tests -B "$dir" -G Ninja -DENABLE_KV_EVENTS="$variant" -DCMAKE_BUILD_TYPE=Release
+  cmake --build "$dir"
+done
+for variant in on off; do
+  ctest --test-dir "build/$variant" --output-on-failure
+done
