@@ -130,8 +130,13 @@ impl Publisher {
             emit_object_key: config.emit_object_key,
             closing: AtomicBool::new(false),
         });
-        let worker = Worker::spawn(Arc::clone(&shared), socket, Encoder::new(config))
-            .map_err(|e| endpoint_error(format!("cannot start the publishing thread: {e}")))?;
+        let worker = Worker::spawn(
+            Arc::clone(&shared),
+            socket,
+            config.bind_endpoint.clone(),
+            Encoder::new(config),
+        )
+        .map_err(|e| endpoint_error(format!("cannot start the publishing thread: {e}")))?;
         shared.queue.set_consumer(worker.thread().clone());
         log(
             Level::Info,

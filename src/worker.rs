@@ -23,6 +23,7 @@ pub(crate) const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
 pub(crate) struct Worker {
     shared: Arc<Shared>,
     socket: zmq::Socket,
+    endpoint: String,
     encoder: Encoder,
     scans: ScanLog,
     batch: Vec<Record>,
@@ -47,11 +48,13 @@ impl Worker {
     pub(crate) fn spawn(
         shared: Arc<Shared>,
         socket: zmq::Socket,
+        endpoint: String,
         encoder: Encoder,
     ) -> std::io::Result<JoinHandle<()>> {
         let worker = Worker {
             shared,
             socket,
+            endpoint,
             encoder,
             scans: ScanLog::default(),
             batch: Vec::with_capacity(MAX_BATCH_EVENTS),
@@ -99,6 +102,12 @@ impl Worker {
         let _ = self.socket.set_linger(linger.as_millis() as i32);
         // Dropping the socket and with it the last handle on its context waits, at most the
         // linger, for ZeroMQ to hand queued messages to subscribers.
+        drop(self.socket);
+        // ZeroMQ leaves the file of an ipc endpoint behind; it is ours, as binding replaced
+        // whatever was there.
+        if let Some(path) = self.endpoint.strip_prefix("ipc://") {
+            let _ = std::fs::remove_file(path);
+        }
     }
 
     /// Takes every queued record and sends what they hold; past `deadline`, records are

@@ -441,3 +441,13 @@ fn creation_errors_name_the_endpoint_and_the_reason() {
         .to_string()
         .contains("kv_events_backend_id"));
 }
+
+#[test]
+fn an_ipc_publisher_removes_its_socket_file_when_dropped() {
+    let endpoint = common::endpoint();
+    let path = endpoint.strip_prefix("ipc://").unwrap().to_owned();
+    let publisher = Publisher::create(&config(&endpoint)).unwrap();
+    assert!(std::path::Path::new(&path).exists());
+    drop(publisher);
+    assert!(!std::path::Path::new(&path).exists());
+}
