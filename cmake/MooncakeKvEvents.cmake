@@ -50,6 +50,23 @@ function(_kv_events_add_stub target)
   _kv_events_common(${target})
 endfunction()
 
+# _kv_events_check_modules(<file>...)
+# Stops when src/lib.rs declares a module whose file is not among <file>: the cargo build
+# would not rerun when it changes. Reconfigures whenever src/lib.rs changes.
+function(_kv_events_check_modules)
+  set(lib_rs "${_KV_EVENTS_ROOT}/src/lib.rs")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${lib_rs}")
+  file(STRINGS "${lib_rs}" declarations REGEX "^[ ]*(pub(\\([a-z]+\\))? )?mod [a-z_0-9]+;")
+  foreach(declaration IN LISTS declarations)
+    string(REGEX REPLACE ".*mod ([a-z_0-9]+);.*" "src/\\1.rs" file "${declaration}")
+    if(NOT file IN_LIST ARGN)
+      message(FATAL_ERROR
+        "src/lib.rs declares a module in ${file}, which ${CMAKE_CURRENT_FUNCTION_LIST_FILE} "
+        "does not list among the inputs of the cargo build: add it to `modules` there.")
+    endif()
+  endforeach()
+endfunction()
+
 # _kv_events_add_cargo_build(ARCHIVE <var> INCLUDE_DIR <var>)
 # Declares the cargo build of the crate's static archive. Sets <ARCHIVE> to the archive's path
 # and <INCLUDE_DIR> to the directory of the cxx bridge headers (created now, so that it exists
@@ -74,10 +91,12 @@ function(_kv_events_add_cargo_build)
   file(MAKE_DIRECTORY "${include_dir}")
 
   # Every input of the library build; a new module of the crate must be added here.
-  set(inputs
-    Cargo.toml Cargo.lock build.rs .cargo/config.toml
-    src/lib.rs src/config.rs src/encode.rs src/event.rs src/ffi.rs src/media.rs
-    src/publisher.rs src/queue.rs src/scan.rs src/stats.rs src/watch.rs src/worker.rs)
+  set(modules
+    src/lib.rs src/bench.rs src/config.rs src/encode.rs src/event.rs src/ffi.rs src/log.rs
+    src/media.rs src/publisher.rs src/queue.rs src/scan.rs src/stats.rs src/watch.rs
+    src/worker.rs)
+  _kv_events_check_modules(${modules})
+  set(inputs Cargo.toml Cargo.lock build.rs .cargo/config.toml ${modules})
   list(TRANSFORM inputs PREPEND "${root}/")
 
   # CC, CXX and CFLAGS are left as they are: cc-rs reruns build scripts when they change, so
