@@ -128,6 +128,61 @@ fn demo_sees_every_published_event_with_no_gap() {
 }
 
 #[test]
+fn demo_dumps_the_index_its_subscribers_should_end_with() {
+    let dir = std::env::temp_dir().join(format!("kv-events-cli-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("expected.json");
+    let output = kv_events()
+        .args(["demo", "--endpoint", &Endpoint::new(), "--objects", "100"])
+        .arg("--dump-index")
+        .arg(&file)
+        .output()
+        .expect("kv-events runs");
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    let dump: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("the dump")).expect("JSON");
+    let _ = std::fs::remove_dir_all(&dir);
+    let objects = dump["objects"].as_array().expect("objects");
+    assert!(!objects.is_empty(), "{dump}");
+    let mut sorted = objects.clone();
+    sorted.sort_by_key(|o| o.to_string());
+    assert_eq!(&sorted, objects, "sorted");
+    for object in objects {
+        let [backend, tenant, key, media] = object.as_array().unwrap().as_slice() else {
+            panic!("{object}");
+        };
+        assert_eq!(backend, "demo-store");
+        assert!(["default", "tenant-a", "tenant-b"].contains(&tenant.as_str().unwrap()));
+        assert!(key.as_str().is_some_and(|k| !k.is_empty()), "{object}");
+        assert!(
+            [json!(["cpu"]), json!(["disk"]), json!(["cpu", "disk"])].contains(media),
+            "{object}"
+        );
+    }
+    // A key that is not UTF-8 renders as the Python indexer renders it; the Put committed
+    // during tenant-a's RemoveAll outlives it.
+    assert!(
+        objects.contains(&json!([
+            "demo-store",
+            "default",
+            "hex:6f626a2d303030303033fffe",
+            ["cpu", "disk"]
+        ])),
+        "{dump}"
+    );
+    assert!(
+        objects.contains(&json!(["demo-store", "tenant-a", "late-put", ["cpu"]])),
+        "{dump}"
+    );
+    assert_eq!(dump["resyncs"], 0);
+    assert!(
+        dump["last_sequence"].as_u64().is_some_and(|s| s > 0),
+        "{dump}"
+    );
+}
+
+#[test]
 fn demo_exits_1_when_its_endpoint_cannot_be_bound() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let port = taken.local_addr().expect("its address").port();
@@ -233,6 +288,153 @@ fn tail_reports_a_publisher_restart_on_stderr() {
 }
 
 #[test]
+fn tail_prints_and_counts_only_the_events_its_filters_pass() {
+    let endpoint = Endpoint::new();
+    let publisher = publisher(&endpoint);
+    let tail = Tail::start(
+        &endpoint,
+        &[
+            "--tenant",
+            "tenant-a",
+            "--type",
+            "stored,removed",
+            "--key-prefix",
+            "key-",
+            "--count",
+            "3",
+            "--idle-timeout",
+            "5",
+        ],
+    );
+    publisher.on_put_commit("tenant-a", "key-1", "", CPU); // 1
+    publisher.on_put_commit("tenant-b", "key-2", "", CPU); // another tenant
+    publisher.on_put_commit("tenant-a", "other", "", CPU); // another prefix
+    publisher.on_put_commit("", "key-0", "", CPU); // the default tenant
+    let scan = publisher.begin_remove_all();
+    publisher.on_remove_all(&scan, "tenant-a", 1, 0); // cleared: another type
+    publisher.on_put_commit("tenant-a", b"key-\xff", "", DISK); // 2: a bin key, by its bytes
+    publisher.on_medium_delta("tenant-a", "key-1", "", CPU, MediumSet::EMPTY); // 3
+    publisher.on_put_commit("tenant-a", "key-4", "", CPU); // past --count
+    assert!(publisher.flush(Duration::from_secs(10)), "flush");
+
+    let (output, stderr) = tail.finish();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let events: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let summary: Vec<Value> = events
+        .iter()
+        .map(|e| {
+            json!([
+                e["event_type"],
+                e["tenant_id"],
+                e["object_key"],
+                e["medium"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            json!(["stored", "tenant-a", "key-1", "cpu"]),
+            json!(["stored", "tenant-a", {"hex": "6b65792dff"}, "disk"]),
+            json!(["removed", "tenant-a", "key-1", "cpu"]),
+        ]
+    );
+    // The 4 events left out took sequence numbers too: no gap was reported for them.
+    assert!(!stderr.contains("gap"), "{stderr}");
+}
+
+#[test]
+fn tail_filters_hide_no_restart() {
+    let endpoint = Endpoint::new();
+    let first = publisher(&endpoint);
+    let tail = Tail::start(&endpoint, &["--tenant", "nobody", "--idle-timeout", "2"]);
+    first.on_put_commit("", "before-restart", "", CPU);
+    assert!(first.flush(Duration::from_secs(10)), "flush");
+    drop(first);
+
+    let second = publisher(&endpoint);
+    // Setup: the subscriber reconnects to the new socket on its own.
+    std::thread::sleep(Duration::from_millis(1000));
+    second.on_put_commit("", "after-restart", "", BOTH);
+    assert!(second.flush(Duration::from_secs(10)), "flush");
+
+    let (output, stderr) = tail.finish();
+    assert!(output.status.success(), "{stderr}");
+    assert!(output.stdout.is_empty(), "{}", text(&output.stdout));
+    assert!(
+        stderr.contains("restart: the sequence went back to 1 after 1"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("stopping after 0 events that passed the filters (3 others left out)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn tail_stats_prints_rate_lines_instead_of_events() {
+    let endpoint = Endpoint::new();
+    let publisher = publisher(&endpoint);
+    let tail = Tail::start(
+        &endpoint,
+        &["--stats", "--type", "stored", "--idle-timeout", "2"],
+    );
+    publisher.on_put_commit("", "key-1", "", BOTH);
+    publisher.on_medium_delta("", "key-1", "", BOTH, CPU);
+    publisher.on_put_commit("tenant-a", "key-2", "", CPU);
+    assert!(publisher.flush(Duration::from_secs(10)), "flush");
+    let last_sequence = publisher.stats().last_sequence;
+
+    let (output, stderr) = tail.finish();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "time",
+            "events/s",
+            "stored/s",
+            "removed/s",
+            "cleared/s",
+            "gaps",
+            "missed",
+            "last_sequence"
+        ]
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    // A line a second while it waits out its idle timeout, and a last one at exit.
+    assert!(rows.len() >= 2, "{stdout}");
+    for row in &rows {
+        assert_eq!(row.len(), header.len(), "{stdout}");
+        assert!(row[0].ends_with('s'), "{stdout}");
+        for (column, value) in row.iter().enumerate().skip(1).take(6) {
+            let value: f64 = value
+                .parse()
+                .unwrap_or_else(|_| panic!("column {column}: {stdout}"));
+            assert!(value >= 0.0, "{stdout}");
+        }
+        assert_eq!((row[5], row[6]), ("0", "0"), "no gap: {stdout}");
+        // Only stored events pass: no removed per second.
+        assert_eq!(row[3], "0", "{stdout}");
+    }
+    assert_eq!(
+        rows.last().unwrap()[7],
+        last_sequence.to_string(),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("stopping after 3 events that passed the filters (1 others left out)"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn tail_stops_after_its_idle_timeout() {
     let output = kv_events()
         .args(["tail", &Endpoint::new(), "--idle-timeout", "0.2"])
@@ -253,6 +455,9 @@ fn tail_with_bad_arguments_exits_2_with_the_usage() {
         &["tail", "ipc:///tmp/a", "--count", "many"],
         &["tail", "ipc:///tmp/a", "--idle-timeout", "soon"],
         &["tail", "ipc:///tmp/a", "--follow"],
+        &["tail", "ipc:///tmp/a", "--type", "stored,bogus"],
+        &["tail", "ipc:///tmp/a", "--stats=1"],
+        &["tail", "ipc:///tmp/a", "--tenant"],
         &[],
         &["watch"],
     ] {
@@ -287,8 +492,19 @@ fn help_prints_the_usage_with_examples() {
         for part in [
             "Usage:",
             "kv-events tail ENDPOINT",
+            "--tenant T",
+            "--type TYPES",
+            "--key-prefix P",
+            "--stats",
+            "--dump-index FILE",
+            "Exit status:\n  0  ",
+            "\n  1  runtime error",
+            "\n  2  usage error",
             "Examples:",
             "kv-events demo",
+            "--type stored,removed",
+            "--key-prefix llama/",
+            "--stats",
         ] {
             assert!(stdout.contains(part), "{part}: {stdout}");
         }

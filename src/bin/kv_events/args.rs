@@ -1,13 +1,17 @@
 //! The command line: a small hand-written parser and the usage text.
 
+use crate::view::{EventType, Filter};
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The command lines `kv-events` takes: printed after every usage error.
 pub(crate) const SYNOPSIS: &str = "\
 Usage:
-  kv-events tail ENDPOINT [--count N] [--idle-timeout SECS]
+  kv-events tail ENDPOINT [--tenant T]... [--type TYPE[,TYPE]]... [--key-prefix P]...
+                 [--stats] [--count N] [--idle-timeout SECS]
   kv-events demo [--endpoint E] [--objects N] [--show N|all] [--wait SECS]
+                 [--dump-index FILE]
   kv-events --help
 ";
 
@@ -17,9 +21,24 @@ pub(crate) const DETAILS: &str = "\
 tail  Subscribes to the publisher at ENDPOINT and prints one JSON object per event on
       stdout: the event map plus the batch's \"sequence\"; bytes that are not UTF-8 print
       as {\"hex\": \"...\"}. Sequence gaps (lost events), a join after the first message and
-      publisher restarts are reported on stderr. Runs until interrupted unless told:
-        --count N            exit after N events
+      publisher restarts are reported on stderr, whatever the filters. Runs until
+      interrupted unless told:
+        --count N            exit after N events that pass the filters
         --idle-timeout SECS  exit after SECS seconds without a message
+      Filters: an event is printed (and counted) only if it matches each filter given;
+      a filter given several times matches any of its values.
+        --tenant T           tenant_id is T (an empty T means \"default\", as on the wire)
+        --type TYPES         event_type is one of TYPES: stored, removed, cleared,
+                             repeated or comma-separated (--type stored,removed)
+        --key-prefix P       object_key starts with the bytes of P; a key sent as bin
+                             compares by its bytes; cleared events have no key and
+                             never match
+      Instead of the events:
+        --stats              print one line per second on stdout: the rate of the events
+                             that pass the filters, in all and per type; the gaps in that
+                             second (a restart or a late join counts as one) and the
+                             sequence numbers they missed; the last sequence seen. A last
+                             line covers the part of a second before exit
 
 demo  Runs a publisher on E (default tcp://127.0.0.1:5557) and a watcher on the same
       stream, drives it with a synthetic master workload that makes every kind of call
@@ -29,16 +48,30 @@ demo  Runs a publisher on E (default tcp://127.0.0.1:5557) and a watcher on the 
         --objects N          how many objects the workload creates
         --show N|all         print the first N events of each type (default 2)
         --wait SECS          wait for subscribers before the workload (default 0.5)
+        --dump-index FILE    write the index a subscriber that saw every event ends with,
+                             as JSON in the format of examples/python/indexer.py --dump
 
-Exit status: 0 done, 1 runtime error (socket, malformed message, demo saw a loss),
-2 usage error.
+Exit status:
+  0  tail: stopped by --count or --idle-timeout, or the reader of its stdout went away;
+     demo: the watcher saw every published event, with no gap
+  1  runtime error: cannot connect or bind, a socket error, a malformed message, a
+     file that cannot be written; demo: the watcher missed events or saw a gap
+  2  usage error: unknown command or option, a missing or bad value (with the usage,
+     on stderr)
+  An interrupted tail (Ctrl-C) ends as the signal ends any command.
 
 Examples:
   kv-events demo
   kv-events demo --wait 10        # time to start a tail in another terminal
+  kv-events demo --objects 300 --dump-index expected.json
   kv-events tail tcp://127.0.0.1:5557
   kv-events tail ipc:///run/mooncake/kv-events.sock --count 10
   kv-events tail tcp://master-0:5557 --idle-timeout 30 > events.jsonl
+  kv-events tail tcp://master-0:5557 --tenant tenant-a --type stored,removed
+  kv-events tail tcp://master-0:5557 --type cleared              # RemoveAll results only
+  kv-events tail tcp://master-0:5557 --key-prefix llama/ --count 100 | jq -c .object_key
+  kv-events tail tcp://master-0:5557 --stats                     # rates, gaps, sequence
+  kv-events tail tcp://master-0:5557 --stats --tenant default --type stored
 ";
 
 /// What the command line asks for.
@@ -61,6 +94,10 @@ pub(crate) struct TailArgs {
     pub(crate) count: Option<u64>,
     /// Exit after this long without a message; `None`: never.
     pub(crate) idle_timeout: Option<Duration>,
+    /// Which events to print and count.
+    pub(crate) filter: Filter,
+    /// Print a line of rates per second instead of the events.
+    pub(crate) stats: bool,
 }
 
 /// The options of `demo`.
@@ -74,6 +111,8 @@ pub(crate) struct DemoArgs {
     pub(crate) show: Show,
     /// How long to wait for subscribers before the workload starts.
     pub(crate) wait: Duration,
+    /// Where to write the index a subscriber should end with; `None`: nowhere.
+    pub(crate) dump_index: Option<PathBuf>,
 }
 
 /// Which of the events it reads a watcher prints; it counts them all.
@@ -114,12 +153,23 @@ fn parse_tail(mut options: Options) -> Result<Command, UsageError> {
     let mut endpoint = None;
     let mut count = None;
     let mut idle_timeout = None;
+    let mut filter = Filter::default();
+    let mut stats = false;
     while let Some(arg) = options.next() {
         match arg {
             Arg::Flag(flag) => match flag.as_str() {
                 "-h" | "--help" => return Ok(Command::Help),
                 "--count" => count = Some(positive(&flag, &options.value(&flag)?)?),
                 "--idle-timeout" => idle_timeout = Some(seconds(&flag, &options.value(&flag)?)?),
+                "--tenant" => filter.tenants.push(tenant(options.value(&flag)?)),
+                "--type" => filter
+                    .types
+                    .extend(event_types(&flag, &options.value(&flag)?)?),
+                "--key-prefix" => filter.key_prefixes.push(options.value(&flag)?.into_bytes()),
+                "--stats" => {
+                    options.no_value(&flag)?;
+                    stats = true;
+                }
                 _ => return Err(unknown_option("tail", &flag)),
             },
             Arg::Positional(value) if endpoint.is_none() => endpoint = Some(value),
@@ -136,6 +186,8 @@ fn parse_tail(mut options: Options) -> Result<Command, UsageError> {
         endpoint,
         count,
         idle_timeout,
+        filter,
+        stats,
     }))
 }
 
@@ -145,6 +197,7 @@ fn parse_demo(mut options: Options) -> Result<Command, UsageError> {
         objects: 1000,
         show: Show::FirstOfEachType(2),
         wait: Duration::from_millis(500),
+        dump_index: None,
     };
     while let Some(arg) = options.next() {
         match arg {
@@ -163,6 +216,12 @@ fn parse_demo(mut options: Options) -> Result<Command, UsageError> {
                     }
                 }
                 "--wait" => demo.wait = seconds_or_zero(&flag, &options.value(&flag)?)?,
+                "--dump-index" => match options.value(&flag)? {
+                    file if file.is_empty() => {
+                        return Err(UsageError(format!("{flag} needs a file name")))
+                    }
+                    file => demo.dump_index = Some(PathBuf::from(file)),
+                },
                 _ => return Err(unknown_option("demo", &flag)),
             },
             Arg::Positional(value) => {
@@ -180,6 +239,30 @@ fn parse_demo(mut options: Options) -> Result<Command, UsageError> {
 
 fn unknown_option(command: &str, flag: &str) -> UsageError {
     UsageError(format!("{command} has no option {flag}"))
+}
+
+/// A tenant as the stream carries it: empty is `"default"`.
+fn tenant(value: String) -> Vec<u8> {
+    if value.is_empty() {
+        b"default".to_vec()
+    } else {
+        value.into_bytes()
+    }
+}
+
+/// `stored,removed`: one or more event types, comma-separated.
+fn event_types(flag: &str, value: &str) -> Result<Vec<EventType>, UsageError> {
+    value
+        .split(',')
+        .map(|name| {
+            EventType::named(name).ok_or_else(|| {
+                UsageError(format!(
+                    "{flag} wants stored, removed or cleared (or several, comma-separated), \
+                     \"{name}\" is none of them"
+                ))
+            })
+        })
+        .collect()
 }
 
 fn number(flag: &str, value: &str) -> Result<u64, UsageError> {
@@ -249,6 +332,16 @@ impl Options {
         }
     }
 
+    /// Refuses `--flag=value` for a flag that takes no value.
+    fn no_value(&mut self, flag: &str) -> Result<(), UsageError> {
+        match self.inline.take() {
+            Some(value) => Err(UsageError(format!(
+                "{flag} takes no value, got \"{value}\""
+            ))),
+            None => Ok(()),
+        }
+    }
+
     /// The value of `flag`: from `--flag=value`, or the next word.
     fn value(&mut self, flag: &str) -> Result<String, UsageError> {
         if let Some(value) = self.inline.take() {
@@ -280,6 +373,8 @@ mod tests {
                 endpoint: "tcp://h:1".into(),
                 count: Some(3),
                 idle_timeout: Some(Duration::from_millis(500)),
+                filter: Filter::default(),
+                stats: false,
             }))
         );
         assert_eq!(
@@ -288,8 +383,30 @@ mod tests {
                 endpoint: "ipc:///x".into(),
                 count: Some(1),
                 idle_timeout: None,
+                filter: Filter::default(),
+                stats: false,
             }))
         );
+    }
+
+    #[test]
+    fn tail_filters_repeat_and_types_take_a_comma_list() {
+        let Ok(Command::Tail(tail)) = parse_words(
+            "tail ipc:///x --tenant a --tenant= --type stored,removed --type=cleared \
+             --key-prefix p/ --key-prefix=q --stats",
+        ) else {
+            panic!("tail parses")
+        };
+        assert_eq!(
+            tail.filter,
+            Filter {
+                tenants: vec![b"a".to_vec(), b"default".to_vec()],
+                types: vec![EventType::Stored, EventType::Removed, EventType::Cleared],
+                key_prefixes: vec![b"p/".to_vec(), b"q".to_vec()],
+            }
+        );
+        assert!(tail.stats);
+        assert!(!tail.filter.passes_all());
     }
 
     #[test]
@@ -309,8 +426,13 @@ mod tests {
                 objects: 5,
                 show: Show::All,
                 wait: Duration::ZERO,
+                dump_index: None,
             }))
         );
+        let Ok(Command::Demo(demo)) = parse_words("demo --dump-index out/expected.json") else {
+            panic!("demo parses")
+        };
+        assert_eq!(demo.dump_index, Some(PathBuf::from("out/expected.json")));
     }
 
     #[test]
@@ -333,6 +455,14 @@ mod tests {
             ("tail a --idle-timeout -1", "wants seconds"),
             ("tail a --idle-timeout 0", "more than 0"),
             ("tail a --follow", "no option --follow"),
+            ("tail a --type", "--type needs a value"),
+            ("tail a --type stored,", "\"\" is none of them"),
+            ("tail a --type Stored", "\"Stored\" is none of them"),
+            ("tail a --tenant", "--tenant needs a value"),
+            ("tail a --key-prefix", "--key-prefix needs a value"),
+            ("tail a --stats=yes", "--stats takes no value"),
+            ("demo --dump-index", "--dump-index needs a value"),
+            ("demo --dump-index=", "needs a file name"),
             ("demo --objects 0", "at least 1"),
             ("demo --show some", "whole number"),
             ("demo --endpoint=", "must not be empty"),

@@ -6,8 +6,10 @@ use crate::master::{self, Counts, Master};
 use crate::view::{connect_form, View, RCVHWM};
 use mooncake_kv_events::watch::Subscriber;
 use mooncake_kv_events::{Config, Publisher, Stats};
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::{self, Write as _};
+use std::path::Path;
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -99,6 +101,15 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
     }
     problems.extend(watcher_failure);
     problems.extend(verdict(&master, &view, &stats));
+    if let Some(path) = &args.dump_index {
+        match dump_index(path, &master, &stats) {
+            Ok(objects) => say(&format!(
+                "\nThe index a subscriber should end with ({objects} objects) is in {}.\n",
+                path.display()
+            )),
+            Err(e) => problems.push(format!("cannot write {}: {e}", path.display())),
+        }
+    }
     if problems.is_empty() {
         say(&format!(
             "\nOK: the watcher saw all {} published events, in order, with no gap.\n",
@@ -296,6 +307,63 @@ fn summary(
     s
 }
 
+/// The final index of `examples/python/indexer.py --dump`, as a subscriber that saw every
+/// event of the workload would write it.
+#[derive(Debug, Serialize)]
+struct IndexDump {
+    /// `[backend, tenant, key, [media]]`, sorted; keys and tenants as the script renders
+    /// them: `str` as is, `bin` as `"hex:<hex>"`.
+    objects: Vec<(String, String, String, Vec<&'static str>)>,
+    /// The sequence of the last message published.
+    last_sequence: u64,
+    /// Resyncs: none when nothing was lost.
+    resyncs: u64,
+}
+
+/// Writes the index the model of the master expects to `path`; returns how many objects it
+/// holds.
+fn dump_index(path: &Path, master: &Master<'_>, stats: &Stats) -> io::Result<usize> {
+    let mut objects: Vec<_> = master
+        .holdings()
+        .map(|(tenant, key, media)| {
+            let tenant = if tenant.is_empty() { "default" } else { tenant };
+            (
+                BACKEND_ID.to_owned(),
+                tenant.to_owned(),
+                rendered_key(key),
+                media.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    // Python sorts str by code point, which is the byte order of their UTF-8.
+    objects.sort();
+    let dump = IndexDump {
+        last_sequence: stats.last_sequence,
+        resyncs: 0,
+        objects,
+    };
+    let mut json = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(
+        &mut json,
+        serde_json::ser::PrettyFormatter::with_indent(b" "),
+    );
+    dump.serialize(&mut serializer).map_err(io::Error::other)?;
+    json.push(b'\n');
+    std::fs::write(path, json)?;
+    Ok(dump.objects.len())
+}
+
+/// A key as `indexer.py` renders it: UTF-8 as is, anything else as `hex:` and its bytes.
+fn rendered_key(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(text) => text.to_owned(),
+        Err(_) => format!(
+            "hex:{}",
+            key.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+    }
+}
+
 /// Writes `text` to stdout. A closed stdout is no reason to fail the demo, whose verdict
 /// is also its exit status.
 fn say(text: &str) {
@@ -333,6 +401,13 @@ fn shell_word(word: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_render_as_the_python_indexer_renders_them() {
+        assert_eq!(rendered_key(b"obj-1"), "obj-1");
+        assert_eq!(rendered_key(b"k\xff\x00"), "hex:6bff00");
+        assert_eq!(rendered_key("caf\u{e9}".as_bytes()), "caf\u{e9}");
+    }
 
     #[test]
     fn shell_words_are_quoted_only_when_needed() {

@@ -1,14 +1,33 @@
-//! `kv-events tail`: print the stream of a running publisher, one JSON line per event.
+//! `kv-events tail`: print the stream of a running publisher, one JSON line per event, or
+//! (`--stats`) one line of rates per second.
 
 use crate::args::{Show, TailArgs};
-use crate::view::{connect_form, View, RCVHWM};
+use crate::view::{connect_form, Tally, View, RCVHWM};
 use mooncake_kv_events::watch::Subscriber;
 use std::io::{self, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// How long one wait for a message lasts when no idle timeout is set: it only bounds how
-/// long the loop goes without looking at its limits.
+/// How long one wait for a message lasts at most: it only bounds how long the loop goes
+/// without looking at its limits.
 const POLL: Duration = Duration::from_secs(1);
+/// How often `--stats` prints a line.
+const STATS_EVERY: Duration = Duration::from_secs(1);
+
+/// Why the loop stopped, when nothing failed.
+enum Stop {
+    /// `--count` events were taken.
+    Count,
+    /// No message for `--idle-timeout`.
+    Idle(Duration),
+}
+
+/// Why the loop stopped otherwise.
+enum Failure {
+    /// The reader of stdout went away (`| head`): nobody is left to tell, and no error.
+    ReaderGone,
+    /// A runtime failure, said in one sentence.
+    Error(String),
+}
 
 /// Runs `tail` until its limits say stop. `Err` is a runtime failure, said in one sentence.
 pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
@@ -17,39 +36,280 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
     let (stdout, stderr) = (io::stdout(), io::stderr());
     let (mut out, mut err) = (stdout.lock(), stderr.lock());
-    // Notes go to stderr, so that stdout stays pure JSON lines. Failing to write a note is
-    // no reason to stop.
+    // Notes go to stderr, so that stdout stays pure JSON lines (or stats lines). Failing to
+    // write a note is no reason to stop.
     let _ = writeln!(err, "kv-events: watching {endpoint}");
 
-    let mut view = View::new(Show::All);
-    let limit = args.count.unwrap_or(u64::MAX);
-    while view.tally.events < limit {
-        let batch = subscriber
-            .recv(args.idle_timeout.unwrap_or(POLL))
-            .map_err(|e| format!("reading {endpoint}: {e}"))?;
-        match batch {
-            Some(batch) => {
-                let wrote = view.take(&batch, limit - view.tally.events, &mut out, &mut err);
-                match wrote {
-                    Ok(_) => {}
-                    // The reader of stdout went away (`| head`): nobody is left to tell.
-                    Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(()),
-                    Err(e) => return Err(format!("cannot write an event: {e}")),
-                }
-            }
-            None => {
-                if let Some(idle) = args.idle_timeout {
-                    let _ = writeln!(
-                        err,
-                        "kv-events: no message for {}s, stopping after {} event{}",
-                        idle.as_secs_f64(),
-                        view.tally.events,
-                        if view.tally.events == 1 { "" } else { "s" }
-                    );
-                    return Ok(());
-                }
-            }
+    // With --stats the view prints no event; it still counts them and notes gaps.
+    let show = if args.stats {
+        Show::FirstOfEachType(0)
+    } else {
+        Show::All
+    };
+    let mut view = View::filtered(show, args.filter.clone());
+    let mut stats = args.stats.then(|| StatsLines::new(Instant::now()));
+    let mut reading = || -> Result<Stop, Failure> {
+        let stop = watch(
+            args,
+            &mut subscriber,
+            &mut view,
+            &mut stats,
+            &mut out,
+            &mut err,
+        )?;
+        if let Some(stats) = &mut stats {
+            write_line(&mut out, stats.tick(Instant::now(), &view))?;
+        }
+        Ok(stop)
+    };
+    match reading() {
+        Ok(Stop::Count) | Err(Failure::ReaderGone) => Ok(()),
+        Err(Failure::Error(why)) => Err(why),
+        Ok(Stop::Idle(idle)) => {
+            let t = &view.tally;
+            let others = if args.filter.passes_all() {
+                String::new()
+            } else {
+                format!(
+                    " that passed the filters ({} others left out)",
+                    t.filtered_out
+                )
+            };
+            let _ = writeln!(
+                err,
+                "kv-events: no message for {}s, stopping after {} event{}{others}",
+                idle.as_secs_f64(),
+                t.events,
+                if t.events == 1 { "" } else { "s" }
+            );
+            Ok(())
         }
     }
-    Ok(())
+}
+
+/// Writes `line`, if any, and flushes it.
+fn write_line(out: &mut impl Write, line: Option<String>) -> Result<(), Failure> {
+    let Some(line) = line else { return Ok(()) };
+    writeln!(out, "{line}")
+        .and_then(|()| out.flush())
+        .map_err(|e| write_failure(&e, "a stats line"))
+}
+
+fn write_failure(e: &io::Error, what: &str) -> Failure {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        Failure::ReaderGone
+    } else {
+        Failure::Error(format!("cannot write {what}: {e}"))
+    }
+}
+
+/// The loop: reads messages into `view`, and with `--stats` prints a line when one is due,
+/// until `--count` or `--idle-timeout` says stop.
+fn watch(
+    args: &TailArgs,
+    subscriber: &mut Subscriber,
+    view: &mut View,
+    stats: &mut Option<StatsLines>,
+    out: &mut impl Write,
+    err: &mut impl Write,
+) -> Result<Stop, Failure> {
+    if stats.is_some() {
+        write_line(out, Some(StatsLines::HEADER.to_owned()))?;
+    }
+    let limit = args.count.unwrap_or(u64::MAX);
+    let mut last_message = Instant::now();
+    loop {
+        if view.tally.events >= limit {
+            return Ok(Stop::Count);
+        }
+        let now = Instant::now();
+        let mut wait = POLL;
+        if let Some(stats) = stats.as_mut() {
+            if now >= stats.next_at {
+                write_line(out, stats.tick(now, view))?;
+            }
+            wait = wait.min(stats.next_at.saturating_duration_since(now));
+        }
+        if let Some(idle) = args.idle_timeout {
+            let deadline = last_message + idle;
+            if now >= deadline {
+                return Ok(Stop::Idle(idle));
+            }
+            wait = wait.min(deadline - now);
+        }
+        // Whole milliseconds, rounded up: a wait of 0 would spin until the deadline.
+        let wait = Duration::from_millis(
+            u64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
+        );
+        let batch = subscriber.recv(wait).map_err(|e| {
+            Failure::Error(format!("reading {}: {e}", connect_form(&args.endpoint)))
+        })?;
+        if let Some(batch) = batch {
+            last_message = Instant::now();
+            view.take(&batch, limit - view.tally.events, out, err)
+                .map_err(|e| write_failure(&e, "an event"))?;
+        }
+    }
+}
+
+/// `--stats`: one line per interval, from the difference between two [`Tally`]s.
+#[derive(Debug)]
+struct StatsLines {
+    started: Instant,
+    /// When the last line's interval ended, and the tally then.
+    since: Instant,
+    before: Tally,
+    /// When the next line is due.
+    next_at: Instant,
+}
+
+impl StatsLines {
+    /// The column titles, printed once before the first line.
+    const HEADER: &'static str =
+        "   time   events/s   stored/s  removed/s  cleared/s   gaps   missed  last_sequence";
+
+    fn new(now: Instant) -> StatsLines {
+        StatsLines {
+            started: now,
+            since: now,
+            before: Tally::default(),
+            next_at: now + STATS_EVERY,
+        }
+    }
+
+    /// The line for the interval that ends `now`, and the next one scheduled; `None` when
+    /// the interval is too short to give a rate.
+    fn tick(&mut self, now: Instant, view: &View) -> Option<String> {
+        // A late tick (a long write, a slow machine) starts the next interval now rather
+        // than printing a burst of lines to catch up.
+        self.next_at = (self.next_at + STATS_EVERY).max(now + STATS_EVERY / 2);
+        let line = stats_line(
+            now.saturating_duration_since(self.started),
+            now.saturating_duration_since(self.since),
+            &self.before,
+            &view.tally,
+            view.last_sequence(),
+        );
+        self.since = now;
+        self.before = view.tally.clone();
+        line
+    }
+}
+
+/// One `--stats` line: `elapsed` since the start, then the rates over the `interval` in
+/// which the tally went from `before` to `after`, the discontinuities and sequence numbers
+/// missed in it, and the last sequence seen (`-` before the first). `None` when the
+/// interval is under 1 ms.
+fn stats_line(
+    elapsed: Duration,
+    interval: Duration,
+    before: &Tally,
+    after: &Tally,
+    last_sequence: Option<u64>,
+) -> Option<String> {
+    let secs = interval.as_secs_f64();
+    if secs < 1e-3 {
+        return None;
+    }
+    let rate = |field: fn(&Tally) -> u64| (field(after) - field(before)) as f64 / secs;
+    let last = last_sequence.map_or_else(|| "-".to_owned(), |s| s.to_string());
+    Some(format!(
+        "{:>6.1}s {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>6} {:>8} {:>14}",
+        elapsed.as_secs_f64(),
+        rate(|t| t.events),
+        rate(|t| t.stored),
+        rate(|t| t.removed),
+        rate(|t| t.cleared),
+        discontinuities(after) - discontinuities(before),
+        missed(after) - missed(before),
+        last
+    ))
+}
+
+/// Times the sequence did not simply follow: gaps, restarts, and a first message after 1.
+fn discontinuities(t: &Tally) -> u64 {
+    t.gaps + t.restarts + u64::from(t.missed_before_first > 0)
+}
+
+/// Sequence numbers never seen: skipped by gaps, or before the first message.
+fn missed(t: &Tally) -> u64 {
+    t.missed + t.missed_before_first
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stats_line_gives_rates_over_its_interval_under_the_header() {
+        let before = Tally {
+            events: 100,
+            stored: 60,
+            removed: 40,
+            ..Tally::default()
+        };
+        let after = Tally {
+            events: 400,
+            stored: 260,
+            removed: 130,
+            cleared: 10,
+            gaps: 2,
+            missed: 7,
+            ..Tally::default()
+        };
+        let line = stats_line(
+            Duration::from_secs(3),
+            Duration::from_millis(500),
+            &before,
+            &after,
+            Some(4242),
+        )
+        .unwrap();
+        assert_eq!(
+            line.split_whitespace().collect::<Vec<_>>(),
+            ["3.0s", "600", "400", "180", "20", "2", "7", "4242"]
+        );
+        // Each value ends where its title does.
+        let ends = |s: &str| -> Vec<usize> {
+            let b = s.as_bytes();
+            (0..b.len())
+                .filter(|&i| b[i] != b' ' && b.get(i + 1).is_none_or(|&c| c == b' '))
+                .collect()
+        };
+        assert_eq!(ends(&line), ends(StatsLines::HEADER), "\n{line}");
+    }
+
+    #[test]
+    fn a_stats_line_counts_restarts_and_late_joins_as_gaps_and_shows_no_sequence_before_the_first()
+    {
+        let after = Tally {
+            restarts: 1,
+            missed_before_first: 3,
+            ..Tally::default()
+        };
+        let line = stats_line(
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            &Tally::default(),
+            &after,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            line.split_whitespace().collect::<Vec<_>>(),
+            ["1.0s", "0", "0", "0", "0", "2", "3", "-"]
+        );
+    }
+
+    #[test]
+    fn no_stats_line_for_an_empty_interval() {
+        let none = stats_line(
+            Duration::ZERO,
+            Duration::ZERO,
+            &Tally::default(),
+            &Tally::default(),
+            None,
+        );
+        assert_eq!(none, None);
+    }
 }

@@ -1,6 +1,6 @@
 //! Reading the stream for people. `tail` and the demo's watcher share this path: a decoded
-//! batch becomes JSON lines on stdout, a note on stderr when its sequence does not follow,
-//! and counts.
+//! batch becomes JSON lines on stdout for the events that pass a [`Filter`], a note on
+//! stderr when its sequence does not follow (whatever the filter), and counts.
 
 use crate::args::Show;
 use mooncake_kv_events::watch::{self, Batch, Continuity};
@@ -17,8 +17,11 @@ pub(crate) const RCVHWM: i32 = 1_000_000;
 pub(crate) struct Tally {
     /// Messages read.
     pub(crate) batches: u64,
-    /// Events taken from them.
+    /// Events taken from them that passed the filter; the counts per type below add up to
+    /// this.
     pub(crate) events: u64,
+    /// Events read that the filter left out.
+    pub(crate) filtered_out: u64,
     /// `stored` events.
     pub(crate) stored: u64,
     /// `removed` events.
@@ -45,6 +48,7 @@ pub(crate) struct View {
     /// What was read so far.
     pub(crate) tally: Tally,
     show: Show,
+    filter: Filter,
     /// Events printed so far, per [`EventType`].
     shown: [u64; 4],
     last_sequence: Option<u64>,
@@ -52,38 +56,99 @@ pub(crate) struct View {
 
 /// The `event_type` of an event, as far as a reader knows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum EventType {
+pub(crate) enum EventType {
     Stored,
     Removed,
     Cleared,
+    /// Anything else: a type this reader does not know, or none.
     Other,
 }
 
 impl EventType {
     fn of(event: &Value) -> EventType {
-        match watch::field(event, "event_type").and_then(Value::as_str) {
-            Some("stored") => EventType::Stored,
-            Some("removed") => EventType::Removed,
-            Some("cleared") => EventType::Cleared,
-            _ => EventType::Other,
+        watch::field(event, "event_type")
+            .and_then(Value::as_str)
+            .and_then(EventType::named)
+            .unwrap_or(EventType::Other)
+    }
+
+    /// The type an `event_type` string names, if it is one of the three.
+    pub(crate) fn named(name: &str) -> Option<EventType> {
+        match name {
+            "stored" => Some(EventType::Stored),
+            "removed" => Some(EventType::Removed),
+            "cleared" => Some(EventType::Cleared),
+            _ => None,
         }
+    }
+}
+
+/// Which events a reader prints and counts. Each list that is not empty must have a value
+/// the event matches; empty lists match everything, so the default passes every event.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Filter {
+    /// `tenant_id` is one of these bytes (`str` and `bin` compare alike).
+    pub(crate) tenants: Vec<Vec<u8>>,
+    /// `event_type` is one of these.
+    pub(crate) types: Vec<EventType>,
+    /// `object_key` starts with one of these bytes. An event without a key (`cleared`)
+    /// matches none.
+    pub(crate) key_prefixes: Vec<Vec<u8>>,
+}
+
+impl Filter {
+    /// Whether `event` passes.
+    pub(crate) fn matches(&self, event: &Value) -> bool {
+        let bytes = |key| watch::field(event, key).and_then(raw_bytes);
+        (self.types.is_empty() || self.types.contains(&EventType::of(event)))
+            && (self.tenants.is_empty()
+                || bytes("tenant_id").is_some_and(|t| self.tenants.iter().any(|w| w == t)))
+            && (self.key_prefixes.is_empty()
+                || bytes("object_key")
+                    .is_some_and(|k| self.key_prefixes.iter().any(|p| k.starts_with(p))))
+    }
+
+    /// Whether this filter lets every event through.
+    pub(crate) fn passes_all(&self) -> bool {
+        *self == Filter::default()
+    }
+}
+
+/// The bytes of a `str` (valid UTF-8 or not) or `bin` value.
+fn raw_bytes(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::String(s) => Some(s.as_bytes()),
+        Value::Binary(b) => Some(b),
+        _ => None,
     }
 }
 
 impl View {
     /// A view that prints the events `show` selects and counts every event.
     pub(crate) fn new(show: Show) -> View {
+        View::filtered(show, Filter::default())
+    }
+
+    /// A view that counts the events `filter` passes and prints those `show` selects.
+    pub(crate) fn filtered(show: Show, filter: Filter) -> View {
         View {
             tally: Tally::default(),
             show,
+            filter,
             shown: [0; 4],
             last_sequence: None,
         }
     }
 
-    /// Takes up to `limit` events of `batch`: notes on `err` how its sequence follows the
-    /// previous one when it does not simply follow, prints the events this view shows on
-    /// `out` (one JSON line each, flushed), and counts them. Returns how many it took.
+    /// The sequence of the last message read, `None` before the first.
+    pub(crate) fn last_sequence(&self) -> Option<u64> {
+        self.last_sequence
+    }
+
+    /// Takes up to `limit` events of `batch` that pass the filter: notes on `err` how its
+    /// sequence follows the previous one when it does not simply follow (filtered or not),
+    /// prints the events this view shows on `out` (one JSON line each, flushed), and counts
+    /// them. Returns how many it took.
     pub(crate) fn take(
         &mut self,
         batch: &Batch,
@@ -95,11 +160,14 @@ impl View {
             writeln!(err, "kv-events: {note}")?;
         }
         let mut taken = 0;
-        for event in batch
-            .events
-            .iter()
-            .take(usize::try_from(limit).unwrap_or(usize::MAX))
-        {
+        for event in &batch.events {
+            if taken >= limit {
+                break;
+            }
+            if !self.filter.matches(event) {
+                self.tally.filtered_out += 1;
+                continue;
+            }
             let kind = EventType::of(event);
             *match kind {
                 EventType::Stored => &mut self.tally.stored,
@@ -302,6 +370,89 @@ mod tests {
             (t.missed_before_first, t.gaps, t.missed, t.restarts),
             (4, 1, 2, 1)
         );
+    }
+
+    fn event_of(kind: &str, tenant: Value, key: Option<Value>) -> Value {
+        let mut map = vec![
+            (Value::from("event_type"), Value::from(kind)),
+            (Value::from("tenant_id"), tenant),
+        ];
+        map.extend(key.map(|k| (Value::from("object_key"), k)));
+        Value::Map(map)
+    }
+
+    #[test]
+    fn filters_match_tenant_type_and_key_prefix_by_bytes() {
+        let stored_a = event_of("stored", Value::from("a"), Some(Value::from("p/1")));
+        let removed_bin = event_of(
+            "removed",
+            Value::Binary(b"a".to_vec()),
+            Some(Value::Binary(b"p/\xff".to_vec())),
+        );
+        let cleared_b = event_of("cleared", Value::from("b"), None);
+        let filter = |tenants: &[&str], types: &[EventType], prefixes: &[&[u8]]| Filter {
+            tenants: tenants.iter().map(|t| t.as_bytes().to_vec()).collect(),
+            types: types.to_vec(),
+            key_prefixes: prefixes.iter().map(|p| p.to_vec()).collect(),
+        };
+        let passes = |f: &Filter| -> Vec<bool> {
+            [&stored_a, &removed_bin, &cleared_b]
+                .iter()
+                .map(|e| f.matches(e))
+                .collect()
+        };
+        assert_eq!(passes(&Filter::default()), [true, true, true]);
+        assert_eq!(passes(&filter(&["a"], &[], &[])), [true, true, false]);
+        assert_eq!(passes(&filter(&["a", "b"], &[], &[])), [true, true, true]);
+        assert_eq!(
+            passes(&filter(&[], &[EventType::Removed, EventType::Cleared], &[])),
+            [false, true, true]
+        );
+        // A bin key compares by its bytes; cleared has no key.
+        assert_eq!(passes(&filter(&[], &[], &[b"p/"])), [true, true, false]);
+        assert_eq!(
+            passes(&filter(&[], &[], &[b"p/\xff"])),
+            [false, true, false]
+        );
+        assert_eq!(
+            passes(&filter(&[], &[], &[b"q", b"p/1"])),
+            [true, false, false]
+        );
+        assert_eq!(
+            passes(&filter(&["a"], &[EventType::Stored], &[b"p"])),
+            [true, false, false]
+        );
+    }
+
+    #[test]
+    fn filtering_counts_only_matching_events_and_still_notes_gaps() {
+        let filter = Filter {
+            types: vec![EventType::Cleared],
+            ..Filter::default()
+        };
+        let mut view = View::filtered(Show::All, filter);
+        let events = vec![
+            event("stored", Value::from("k")),
+            event("cleared", Value::Nil),
+            event("removed", Value::from("k")),
+            event("cleared", Value::Nil),
+            event("cleared", Value::Nil),
+        ];
+        // The limit counts matching events only: the second cleared is the last taken.
+        let (taken, out, _) = run(&mut view, &batch(1, Continuity::Next, events), 2);
+        assert_eq!((taken, out.lines().count()), (2, 2));
+        assert!(out.lines().all(|l| l.contains("\"cleared\"")), "{out}");
+        assert_eq!((view.tally.events, view.tally.filtered_out), (2, 2));
+        // Nothing in this batch matches, and its gap is still said.
+        let stored = vec![event("stored", Value::from("k"))];
+        let (taken, out, err) = run(
+            &mut view,
+            &batch(5, Continuity::Gap { missed: 3 }, stored),
+            u64::MAX,
+        );
+        assert_eq!((taken, out.as_str()), (0, ""));
+        assert!(err.contains("gap of 3 before sequence 5"), "{err}");
+        assert_eq!((view.tally.gaps, view.last_sequence()), (1, Some(5)));
     }
 
     #[test]
