@@ -7,8 +7,10 @@ shows up, everything known about that backend is dropped and rebuilt ("resync").
 indexer would re-read the backend's current state from the store at that point; this one
 starts that backend's index afresh from the stream.
 
-    pip install pyzmq msgpack
-    python3 examples/python/indexer.py tcp://127.0.0.1:5557 --idle-timeout 5 --dump index.json
+    apt install python3-zmq python3-msgpack     # Debian (scripts/install-deps.sh does it)
+    /usr/bin/python3 examples/python/indexer.py tcp://127.0.0.1:5557 --idle-timeout 5 --dump index.json
+
+tests/python_indexer.rs runs it against `kv-events demo` and checks its final index.
 """
 
 import argparse

@@ -1,0 +1,138 @@
+//! The example indexer of `examples/python/indexer.py`, run by Debian's Python
+//! (`/usr/bin/python3` with python3-zmq and python3-msgpack, see `scripts/install-deps.sh`):
+//! against the real publisher driven by `kv-events demo`, it must end with the index the
+//! demo's model of the master expects; and its gap and restart handling, unit-tested by
+//! `tests/python/test_indexer.py`.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+/// Debian's interpreter, whose packages the example needs: not whatever `python3` is first
+/// in PATH.
+const PYTHON: &str = "/usr/bin/python3";
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// `/usr/bin/python3 -B`, after checking it has the modules the example imports.
+fn python() -> Command {
+    let check = Command::new(PYTHON)
+        .args(["-c", "import zmq, msgpack"])
+        .output()
+        .unwrap_or_else(|e| panic!("{PYTHON} does not run ({e}): run scripts/install-deps.sh"));
+    assert!(
+        check.status.success(),
+        "{PYTHON} lacks python3-zmq or python3-msgpack: run scripts/install-deps.sh\n{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let mut command = Command::new(PYTHON);
+    // No __pycache__ next to the example.
+    command.arg("-B");
+    command
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A directory of its own for one test's files, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("kv-events-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn read_json(path: &Path) -> Value {
+    let bytes =
+        std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn explain(what: &str, output: &Output) -> String {
+    format!(
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    )
+}
+
+#[test]
+fn python_indexer_ends_with_the_index_the_demo_expects() {
+    let dir = TempDir::new("python-indexer");
+    let socket = dir.0.join("kv.sock");
+    let endpoint = format!("ipc://{}", socket.display());
+    let (actual, expected) = (dir.0.join("actual.json"), dir.0.join("expected.json"));
+
+    // The indexer connects first; ZeroMQ retries until the demo binds. It stops after
+    // 5 silent seconds, once the demo is done.
+    let indexer = python()
+        .arg(repo("examples/python/indexer.py"))
+        .arg(&endpoint)
+        .args(["--idle-timeout", "5", "--dump"])
+        .arg(&actual)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the indexer starts");
+    // Setup, not an assertion: time for the interpreter to start and connect. The demo's
+    // --wait then lets the subscription reach its PUB socket before the workload.
+    std::thread::sleep(Duration::from_secs(1));
+    let demo = Command::new(env!("CARGO_BIN_EXE_kv-events"))
+        .args(["demo", "--endpoint", &endpoint, "--objects", "300"])
+        .args(["--wait", "1", "--dump-index"])
+        .arg(&expected)
+        .output()
+        .expect("kv-events runs");
+    let indexer = indexer.wait_with_output().expect("the indexer exits");
+    assert!(demo.status.success(), "{}", explain("demo", &demo));
+    assert!(indexer.status.success(), "{}", explain("indexer", &indexer));
+
+    let (actual, expected) = (read_json(&actual), read_json(&expected));
+    let objects = expected["objects"].as_array().expect("expected objects");
+    assert!(objects.len() > 10, "{expected}");
+    assert_eq!(actual["objects"], expected["objects"]);
+    assert_eq!(
+        actual["resyncs"],
+        0,
+        "{}",
+        explain("indexer resynced", &indexer)
+    );
+    assert_eq!(actual["last_sequence"], expected["last_sequence"]);
+    assert!(
+        text(&indexer.stdout).contains(&format!("{} objects indexed", objects.len())),
+        "{}",
+        explain("indexer", &indexer)
+    );
+}
+
+#[test]
+fn python_indexer_resyncs_a_backend_on_gaps_and_restarts() {
+    let output = python()
+        .arg(repo("tests/python/test_indexer.py"))
+        .output()
+        .expect("the Python tests run");
+    assert!(
+        output.status.success(),
+        "{}",
+        explain("tests/python/test_indexer.py", &output)
+    );
+    assert!(
+        text(&output.stdout).contains("tests passed"),
+        "{}",
+        text(&output.stdout)
+    );
+}
