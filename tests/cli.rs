@@ -429,7 +429,7 @@ fn tail_stats_prints_rate_lines_instead_of_events() {
         "{stdout}"
     );
     assert!(
-        stderr.contains("stopping after 3 events that passed the filters (1 others left out)"),
+        stderr.contains("stopping after 3 events that passed the filters (1 other left out)"),
         "{stderr}"
     );
 }

@@ -71,8 +71,9 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
                 String::new()
             } else {
                 format!(
-                    " that passed the filters ({} others left out)",
-                    t.filtered_out
+                    " that passed the filters ({} other{} left out)",
+                    t.filtered_out,
+                    if t.filtered_out == 1 { "" } else { "s" }
                 )
             };
             let _ = writeln!(
