@@ -96,7 +96,7 @@ function(_kv_events_add_cargo_build)
     src/media.rs src/publisher.rs src/queue.rs src/scan.rs src/stats.rs src/watch.rs
     src/worker.rs)
   _kv_events_check_modules(${modules})
-  set(inputs Cargo.toml Cargo.lock build.rs .cargo/config.toml ${modules})
+  set(inputs Cargo.toml Cargo.lock build.rs .cargo/config.toml cpp/log_sink.h ${modules})
   list(TRANSFORM inputs PREPEND "${root}/")
 
   # CC, CXX and CFLAGS are left as they are: cc-rs reruns build scripts when they change, so
@@ -146,7 +146,8 @@ function(_kv_events_add_shared target)
   add_library(${target} SHARED "${_KV_EVENTS_ROOT}/cpp/kv_events.cc")
   _kv_events_common(${target})
   add_dependencies(${target} _kv_events_cargo)
-  target_include_directories(${target} PRIVATE "${bridge_include_dir}")
+  # The generated bridge header includes cpp/log_sink.h relative to the crate root.
+  target_include_directories(${target} PRIVATE "${bridge_include_dir}" "${_KV_EVENTS_ROOT}")
   # The archive's native libraries (`cargo rustc -- --print native-static-libs`): libzmq,
   # then what Rust's std needs; the C++ runtime comes with the C++ link.
   target_link_libraries(${target} PRIVATE

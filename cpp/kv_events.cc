@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "log_sink.h"
 #include "mooncake-kv-events/src/ffi.rs.h"
 #include "rust/cxx.h"
 #include "status_json.h"
@@ -46,6 +47,17 @@ bridge::BridgeConfig to_bridge(const Config& c) {
 }
 
 }  // namespace
+
+void set_log_sink(std::function<void(LogLevel, std::string_view)> sink) {
+  if (!sink) {
+    bridge::set_log_sink(nullptr);
+    return;
+  }
+  bridge::set_log_sink(std::make_unique<bridge::LogSink>(
+      [sink = std::move(sink)](uint8_t level, std::string_view line) {
+        sink(static_cast<LogLevel>(level), line);
+      }));
+}
 
 struct Publisher::Impl {
   explicit Impl(rust::Box<bridge::RustPublisher> p) noexcept : rust(std::move(p)) {}
@@ -127,6 +139,11 @@ std::string Publisher::status_json() const {
   if (json.size() < 2 || json.front() != '{') return json;
   const char* separator = json.size() > 2 ? "," : "";
   return "{\"built_with_kv_events\":true" + (separator + json.substr(1));
+}
+
+std::string Publisher::metrics_text() const {
+  if (!impl_) return detail::metrics_text_disabled();
+  return std::string(impl_->rust->metrics_text());
 }
 
 bool Publisher::flush(std::chrono::milliseconds timeout) noexcept {

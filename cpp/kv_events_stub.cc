@@ -40,7 +40,11 @@ std::string Publisher::status_json() const {
   return detail::status_json(Stats{}, /*built_with_kv_events=*/false);
 }
 
+std::string Publisher::metrics_text() const { return detail::metrics_text_disabled(); }
+
 bool Publisher::flush(std::chrono::milliseconds) noexcept { return true; }
+
+void set_log_sink(std::function<void(LogLevel, std::string_view)>) {}
 
 void Publisher::shutdown() noexcept {}
 

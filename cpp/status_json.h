@@ -24,4 +24,11 @@ inline std::string status_json(const Stats& s, bool built_with_kv_events) {
          "}";
 }
 
+// The metrics of a publisher that has no Rust side: only the gauge that says so.
+inline std::string metrics_text_disabled() {
+  return "# HELP mooncake_kv_events_enabled 1 when events are published, 0 when disabled.\n"
+         "# TYPE mooncake_kv_events_enabled gauge\n"
+         "mooncake_kv_events_enabled 0\n";
+}
+
 }  // namespace mooncake::kv_events::detail

@@ -58,3 +58,17 @@ TEST(Stub, StatusJsonSaysEventsWereNotBuiltIn) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Stub, MetricsSayDisabledAndALogSinkIsAccepted) {
+  const auto publisher = kv::Publisher::create(enabled_config());
+  EXPECT_NE(publisher->metrics_text().find("\nmooncake_kv_events_enabled 0\n"), std::string::npos);
+  bool called = false;
+  kv::set_log_sink([&called](kv::LogLevel, std::string_view) { called = true; });
+  kv::Publisher::create(enabled_config());
+  kv::set_log_sink(nullptr);
+  EXPECT_FALSE(called) << "the stub has nothing to log";
+}
+
+}  // namespace

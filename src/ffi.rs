@@ -5,6 +5,7 @@
 //! unchanged and nothing throws. The calls the master makes under its locks catch any panic
 //! here: a panic that reached C++ would abort the master.
 
+use crate::log::{self, Level};
 use crate::{Config, CreateError, MediumSet, Publisher, RemoveAllScan};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -44,8 +45,20 @@ mod bridge {
         last_sequence: u64,
     }
 
+    unsafe extern "C++" {
+        include!("cpp/log_sink.h");
+
+        /// The master's log sink (`cpp/log_sink.h`); thread-safe by the header's contract.
+        type LogSink;
+        /// `level`: 0 debug, 1 info, 2 warning, 3 error.
+        fn write(self: &LogSink, level: u8, message: &[u8]);
+    }
+
     extern "Rust" {
         type RustPublisher;
+
+        /// Sends every publisher's log lines to `sink`; a null sink restores the default.
+        fn set_log_sink(sink: UniquePtr<LogSink>);
 
         /// Refuses an invalid config; the message names the field (`std::invalid_argument`).
         fn validate_config(config: &BridgeConfig) -> Result<()>;
@@ -73,12 +86,14 @@ mod bridge {
         );
         fn stats(self: &RustPublisher) -> BridgeStats;
         fn status_json(self: &RustPublisher) -> String;
+        fn metrics_text(self: &RustPublisher) -> String;
         fn flush(self: &RustPublisher, timeout_ms: u64) -> bool;
         fn shutdown(self: &RustPublisher);
     }
 }
 
-use bridge::{BridgeConfig, BridgeStats};
+use bridge::{BridgeConfig, BridgeStats, LogSink};
+use cxx::UniquePtr;
 
 /// The publisher as C++ holds it.
 #[derive(Debug)]
@@ -108,6 +123,29 @@ fn validate_config(config: &BridgeConfig) -> Result<(), CreateError> {
 
 fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>, CreateError> {
     Publisher::create(&Config::from(config)).map(|p| Box::new(RustPublisher(p)))
+}
+
+// SAFETY: the header requires the master's sink to be callable from any thread at once, and
+// `LogSink::write` is a const call on an immutable std::function.
+unsafe impl Send for LogSink {}
+// SAFETY: as above.
+unsafe impl Sync for LogSink {}
+
+fn set_log_sink(sink: UniquePtr<LogSink>) {
+    if sink.is_null() {
+        return log::remove_log_sink();
+    }
+    log::set_log_sink(move |level, message| {
+        let level = match level {
+            Level::Debug => 0,
+            Level::Info => 1,
+            Level::Warn => 2,
+            Level::Error => 3,
+        };
+        if let Some(sink) = sink.as_ref() {
+            sink.write(level, message.as_bytes());
+        }
+    });
 }
 
 /// Runs a call the master makes under its locks; a panic is swallowed rather than abort the
@@ -159,6 +197,10 @@ impl RustPublisher {
 
     fn status_json(&self) -> String {
         self.0.status_json()
+    }
+
+    fn metrics_text(&self) -> String {
+        self.0.metrics_text()
     }
 
     fn flush(&self, timeout_ms: u64) -> bool {

@@ -33,7 +33,7 @@ mod worker;
 
 pub use config::{Config, CreateError};
 pub use event::EventKind;
-pub use log::{set_log_sink, Level};
+pub use log::{remove_log_sink, set_log_sink, Level};
 pub use media::{Medium, MediumSet, ReplicaKind};
 pub use publisher::{Publisher, RemoveAllScan};
 pub use stats::Stats;

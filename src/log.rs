@@ -44,6 +44,11 @@ pub fn set_log_sink(sink: impl Fn(Level, &str) + Send + Sync + 'static) {
     *SINK.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(sink));
 }
 
+/// Forgets the installed sink: warnings and errors go to stderr again.
+pub fn remove_log_sink() {
+    *SINK.write().unwrap_or_else(PoisonError::into_inner) = None;
+}
+
 /// Writes one line to the installed sink, or warnings and errors to stderr.
 pub(crate) fn log(level: Level, message: &str) {
     let sink = SINK.read().unwrap_or_else(PoisonError::into_inner).clone();

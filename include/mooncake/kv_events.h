@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -136,6 +137,24 @@ struct Stats {
   uint64_t last_sequence = 0;         // transport sequence of the last message, 0 before any
 };
 
+// How much a log line matters.
+enum class LogLevel : uint8_t { kDebug, kInfo, kWarning, kError };
+
+// Where the library's log lines go: the effective configuration at start (info), the warning
+// that emit_object_key=false suppresses every stored/removed, send failures (at most one line
+// per 10 s, with the count of the others) and events dropped at shutdown (warning).
+//
+// Installs `sink` for every publisher in the process, replacing any earlier one. It is called
+// from the master's threads and from the publishing thread, so it must be thread-safe; it
+// should not block, and what it throws is swallowed. An empty function restores the default:
+// warnings and errors on stderr, nothing else. The stub build has nothing to log.
+// Mooncake's master forwards to glog:
+//   set_log_sink([](LogLevel level, std::string_view line) {
+//     LOG_IF(INFO, level <= LogLevel::kInfo) << line;
+//     LOG_IF(WARNING, level == LogLevel::kWarning) << line;
+//     LOG_IF(ERROR, level == LogLevel::kError) << line; });
+MOONCAKE_KV_EVENTS_API void set_log_sink(std::function<void(LogLevel, std::string_view)> sink);
+
 class Publisher;
 
 // The token of one RemoveAll: taken by begin_remove_all() before the master's loop starts,
@@ -223,6 +242,11 @@ class MOONCAKE_KV_EVENTS_API Publisher {
   // stats() as one JSON object, plus "built_with_kv_events" (false in the stub build), for
   // the master's `GET /kv_events/status`.
   std::string status_json() const;
+
+  // stats() in the Prometheus text exposition format (0.0.4), every metric named
+  // `mooncake_kv_events_*` with its HELP and TYPE lines, for the master to append to its
+  // `/metrics` page. Counters end in `_total`.
+  std::string metrics_text() const;
 
   // Waits until everything queued before the call is handed to the socket: true if so within
   // `timeout`; false if the time ran out, queued events were dropped, or the publisher is
