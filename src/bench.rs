@@ -52,3 +52,35 @@ impl EncodeBatches {
         self.out.len()
     }
 }
+
+/// A queue filled to capacity with one-medium calls, as a flood leaves it when the publishing
+/// thread cannot keep up. Dropping it frees everything.
+#[derive(Debug)]
+pub struct FullQueue(crate::queue::EventQueue);
+
+impl FullQueue {
+    /// `capacity` calls of `on_put_commit(tenant, key of key_len bytes, group, {cpu})`.
+    pub fn new(capacity: usize, tenant: &[u8], key_len: usize, group: &[u8]) -> FullQueue {
+        use crate::event::ObjectEvents;
+        use crate::media::MediumSet;
+        use crate::queue::{EventQueue, Record};
+        let queue = EventQueue::new(capacity);
+        let key = vec![b'k'; key_len];
+        let cpu = MediumSet::from([Medium::Cpu]);
+        for _ in 0..capacity {
+            let object = ObjectEvents::new(tenant, &key, group, MediumSet::EMPTY, cpu);
+            queue.push(Record::Object(object.expect("small strings")));
+        }
+        FullQueue(queue)
+    }
+
+    /// Calls queued now.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.0.len() == 0
+    }
+}

@@ -153,6 +153,12 @@ mod tests {
     }
 
     #[test]
+    fn a_queued_call_is_32_bytes() {
+        // The memory budget of a queued event (README, Performance) counts on it.
+        assert_eq!(std::mem::size_of::<Record>(), 32);
+    }
+
+    #[test]
     fn a_marker_never_pushes_out_an_event() {
         let queue = EventQueue::new(1);
         assert!(queue.push(object("a", 1)).is_none());
