@@ -36,7 +36,9 @@ impl Record {
 /// the publishing thread only when that thread is asleep.
 ///
 /// A push is one `ArrayQueue` slot claim (a compare-and-swap) plus one load of the sleeping
-/// flag: in steady state a producer makes no system call. Capacity counts records, one per
+/// flag. While calls keep coming the consumer only naps, unseen by producers, so in steady
+/// state a producer makes no system call; it wakes the consumer after an idle spell, or when
+/// the queue is full. Capacity counts records, one per
 /// call, so the events of one call never straddle a drop.
 #[derive(Debug)]
 pub(crate) struct EventQueue {
@@ -62,9 +64,14 @@ impl EventQueue {
     }
 
     /// Pushes `record`, pushing out and returning the oldest record when the queue is full.
+    /// A full queue also wakes a napping consumer: producers must not drop for a whole nap.
     pub(crate) fn push(&self, record: Record) -> Option<Record> {
         let displaced = self.records.force_push(record);
-        self.wake_if_sleeping();
+        if displaced.is_some() {
+            self.wake();
+        } else {
+            self.wake_if_sleeping();
+        }
         displaced
     }
 
@@ -87,13 +94,22 @@ impl EventQueue {
         self.records.capacity()
     }
 
-    /// Consumer side: sleeps until a push arrives, `wake` is called, or `timeout` passes.
+    /// Consumer side, while calls keep coming: sleeps until `timeout` passes or the queue
+    /// fills, without telling producers, so that they make no system call to wake it.
+    pub(crate) fn nap(&self, timeout: Duration) {
+        if self.records.is_empty() {
+            thread::park_timeout(timeout);
+        }
+    }
+
+    /// Consumer side, once idle: sleeps until a push arrives, `wake` is called, or `timeout`
+    /// passes.
     ///
     /// The flag is raised before the emptiness check and read by producers after their slot
     /// claim, both sequentially consistent (as is `ArrayQueue`'s claim itself), so either the
     /// consumer sees the record or the producer sees the flag. The timeout only bounds the
     /// damage should that reasoning ever fail.
-    pub(crate) fn wait(&self, timeout: Duration) {
+    pub(crate) fn sleep(&self, timeout: Duration) {
         self.sleeping.store(true, SeqCst);
         if self.records.is_empty() {
             thread::park_timeout(timeout);
@@ -177,7 +193,7 @@ mod tests {
                 ready_tx.send(()).unwrap();
                 // Far longer than any test runs: only a wake-up ends this wait in time.
                 while queue.len() == 0 {
-                    queue.wait(Duration::from_secs(3600));
+                    queue.sleep(Duration::from_secs(3600));
                 }
                 queue.pop().is_some()
             })

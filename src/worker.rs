@@ -13,6 +13,13 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// How long the thread naps between looks at the queue while calls keep coming: the longest
+/// a lone call's events wait, and producers never pay a system call to wake it.
+const NAP: Duration = Duration::from_micros(200);
+
+/// After this long without a call the thread sleeps until the next call wakes it.
+const IDLE_AFTER: Duration = Duration::from_millis(20);
+
 /// How long an idle thread sleeps between checks that do not rely on being woken.
 const IDLE_WAIT: Duration = Duration::from_millis(50);
 
@@ -70,17 +77,26 @@ impl Worker {
     }
 
     fn run(mut self) {
+        let mut last_call = Instant::now();
         loop {
             // Read before draining: whatever was queued before shutdown began is then sent.
             let closing = self.shared.is_closing();
-            self.drain(None);
+            let (taken, _) = self.drain(None);
             if closing {
                 break;
             }
-            self.shared.queue.wait(IDLE_WAIT);
+            let now = Instant::now();
+            if taken > 0 {
+                last_call = now;
+            }
+            if now.duration_since(last_call) < IDLE_AFTER {
+                self.shared.queue.nap(NAP);
+            } else {
+                self.shared.queue.sleep(IDLE_WAIT);
+            }
         }
         let deadline = Instant::now() + SHUTDOWN_LINGER;
-        let dropped = self.drain(Some(deadline));
+        let (_, dropped) = self.drain(Some(deadline));
         if dropped > 0 {
             log(
                 Level::Warn,
@@ -111,10 +127,12 @@ impl Worker {
     }
 
     /// Takes every queued record and sends what they hold; past `deadline`, records are
-    /// counted as dropped instead. Returns how many were dropped.
-    fn drain(&mut self, deadline: Option<Instant>) -> usize {
-        let mut dropped = 0;
+    /// counted as dropped instead. Returns how many records it took and how many events it
+    /// dropped.
+    fn drain(&mut self, deadline: Option<Instant>) -> (usize, usize) {
+        let (mut taken, mut dropped) = (0, 0);
         while let Some(record) = self.shared.queue.pop() {
+            taken += 1;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 dropped += record.event_count();
                 continue;
@@ -125,7 +143,7 @@ impl Worker {
         if dropped > 0 {
             Counters::add(&self.shared.counters.dropped_events, dropped);
         }
-        dropped
+        (taken, dropped)
     }
 
     fn accept(&mut self, record: Record) {
