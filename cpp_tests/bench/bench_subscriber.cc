@@ -1,0 +1,356 @@
+#include "bench_subscriber.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace kv_events_bench {
+namespace {
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// How long the subscriber waits for a sequence it was told to expect, counted from the
+// last message that arrived.
+constexpr uint64_t kGiveUpNs = 3000000000u;
+
+// The number of events in a batch payload `[timestamp_ms, [event, ...], dp_rank]`, read from
+// the array headers only; -1 when the payload does not start that way.
+int64_t events_in_payload(const uint8_t* p, size_t size) {
+  const uint8_t* end = p + size;
+  if (size < 3 || *p++ != 0x93) return -1;
+  const uint8_t t = *p++;  // timestamp: any msgpack uint
+  if (t <= 0x7f) {
+  } else if (t == 0xcc) {
+    p += 1;
+  } else if (t == 0xcd) {
+    p += 2;
+  } else if (t == 0xce) {
+    p += 4;
+  } else if (t == 0xcf) {
+    p += 8;
+  } else {
+    return -1;
+  }
+  if (p >= end) return -1;
+  const uint8_t a = *p++;
+  if ((a & 0xf0) == 0x90) return a & 0x0f;
+  if (a == 0xdc && end - p >= 2) return (int64_t{p[0]} << 8) | p[1];
+  if (a == 0xdd && end - p >= 4) {
+    return (int64_t{p[0]} << 24) | (int64_t{p[1]} << 16) | (int64_t{p[2]} << 8) | p[3];
+  }
+  return -1;
+}
+
+void write_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// The subscriber's state: the counts since the last SYNC and the command it is working on.
+class Counter {
+ public:
+  explicit Counter(void* socket) : socket_(socket) {}
+
+  // Takes every message waiting on the socket (at most `limit`): how many it took.
+  int receive_available(int limit) {
+    int taken = 0;
+    while (taken < limit) {
+      zmq_msg_t frames[3];
+      int count = 0;
+      bool more = true;
+      bool bad = false;
+      while (more) {
+        zmq_msg_t frame;
+        zmq_msg_init(&frame);
+        const int flags = count == 0 ? ZMQ_DONTWAIT : 0;  // the rest of a message is there
+        if (zmq_msg_recv(&frame, socket_, flags) < 0) {
+          zmq_msg_close(&frame);
+          if (zmq_errno() == EINTR) continue;
+          if (count == 0) return taken;  // EAGAIN: nothing more
+          bad = true;
+          break;
+        }
+        more = zmq_msg_more(&frame) != 0;
+        if (count < 3) {
+          frames[count] = frame;
+        } else {
+          zmq_msg_close(&frame);
+          bad = true;
+        }
+        ++count;
+      }
+      if (count != 3) bad = true;
+      if (!bad && zmq_msg_size(&frames[1]) != 8) bad = true;
+      if (!bad) {
+        const auto* s = static_cast<const uint8_t*>(zmq_msg_data(&frames[1]));
+        uint64_t sequence = 0;
+        for (int i = 0; i < 8; ++i) sequence = (sequence << 8) | s[i];
+        const auto* payload = static_cast<const uint8_t*>(zmq_msg_data(&frames[2]));
+        const size_t size = zmq_msg_size(&frames[2]);
+        const int64_t events = events_in_payload(payload, size);
+        if (events < 0) bad = true;
+        account(sequence, events < 0 ? 0 : static_cast<uint64_t>(events), size);
+      }
+      if (bad) ++counts_.bad;
+      for (int i = 0; i < count && i < 3; ++i) zmq_msg_close(&frames[i]);
+      ++taken;
+    }
+    return taken;
+  }
+
+  void account(uint64_t sequence, uint64_t events, size_t size) {
+    const uint64_t now = monotonic_ns();
+    if (!joined_) {
+      joined_ = true;
+      write_all(STDOUT_FILENO, "JOINED\n");
+    }
+    if (have_last_) {
+      if (sequence > last_ + 1) counts_.missing += sequence - last_ - 1;
+      if (sequence <= last_) ++counts_.restarts;
+    }
+    have_last_ = true;
+    last_ = sequence;
+    ++counts_.messages;
+    counts_.events += events;
+    counts_.payload_bytes += size;
+    if (size > counts_.max_payload) counts_.max_payload = size;
+    if (counts_.first_ns == 0) counts_.first_ns = now;
+    counts_.last_ns = now;
+    progress_ns_ = now;
+  }
+
+  // Starts working on one command line.
+  void command(const std::string& line) {
+    uint64_t target = 0;
+    char verb[16] = {};
+    if (std::sscanf(line.c_str(), "%15s %" SCNu64, verb, &target) < 1) return;
+    const std::string v = verb;
+    if (v == "QUIT") {
+      quit_ = true;
+    } else if (v == "SYNC" || v == "REPORT") {
+      pending_ = v;
+      target_ = target;
+      progress_ns_ = monotonic_ns();
+    }
+  }
+
+  // Finishes the pending command once its sequence arrived or nothing came for too long.
+  void settle() {
+    if (pending_.empty()) return;
+    const bool reached = have_last_ && last_ >= target_;
+    if (!reached && monotonic_ns() - progress_ns_ < kGiveUpNs) return;
+    if (pending_ == "SYNC") {
+      counts_ = SubscriberCounts();
+      // Whatever did not arrive belongs to the phase before: count gaps from target + 1.
+      if (!have_last_ || last_ < target_) {
+        have_last_ = target_ > 0;
+        last_ = target_;
+      }
+      write_all(STDOUT_FILENO, reached ? "SYNCED 1\n" : "SYNCED 0\n");
+    } else {
+      char text[512];
+      std::snprintf(text, sizeof text,
+                    "COUNTS %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+                    " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
+                    counts_.messages, counts_.events, counts_.missing, counts_.restarts,
+                    counts_.bad, counts_.payload_bytes, counts_.max_payload, last_,
+                    counts_.first_ns, counts_.last_ns);
+      write_all(STDOUT_FILENO, text);
+    }
+    pending_.clear();
+  }
+
+  bool pending() const { return !pending_.empty(); }
+  bool quit() const { return quit_; }
+
+ private:
+  void* socket_;
+  SubscriberCounts counts_;
+  bool joined_ = false;
+  bool have_last_ = false;
+  uint64_t last_ = 0;
+  std::string pending_;
+  uint64_t target_ = 0;
+  uint64_t progress_ns_ = 0;
+  bool quit_ = false;
+};
+
+}  // namespace
+
+double SubscriberCounts::delivered_per_second() const {
+  if (last_ns <= first_ns) return 0;
+  return static_cast<double>(events) * 1e9 / static_cast<double>(last_ns - first_ns);
+}
+
+int run_subscriber(const std::string& endpoint) {
+  signal(SIGPIPE, SIG_IGN);
+  void* context = zmq_ctx_new();
+  void* socket = zmq_socket(context, ZMQ_SUB);
+  // Enough for every message of a phase even when this process falls behind: a loss here
+  // would be charged to the publisher as a gap.
+  const int hwm = 200000;
+  const int rcvbuf = 4 << 20;
+  const int linger = 0;
+  if (zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
+      zmq_setsockopt(socket, ZMQ_RCVBUF, &rcvbuf, sizeof rcvbuf) != 0 ||
+      zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+      zmq_setsockopt(socket, ZMQ_SUBSCRIBE, "", 0) != 0 ||
+      zmq_connect(socket, endpoint.c_str()) != 0) {
+    std::fprintf(stderr, "kv_events_bench subscriber: %s: %s\n", endpoint.c_str(),
+                 zmq_strerror(zmq_errno()));
+    return 1;
+  }
+  Counter counter(socket);
+  std::string input;
+  bool input_open = true;
+  while (input_open && !counter.quit()) {
+    zmq_pollitem_t items[2] = {{socket, 0, ZMQ_POLLIN, 0}, {nullptr, STDIN_FILENO, ZMQ_POLLIN, 0}};
+    const long timeout_ms = counter.pending() ? 20 : 1000;
+    if (zmq_poll(items, 2, timeout_ms) < 0 && zmq_errno() != EINTR) break;
+    // Take what the socket holds even without an event: zmq_poll is edge-triggered inside.
+    counter.receive_available(4096);
+    if (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
+      char chunk[256];
+      const ssize_t n = read(STDIN_FILENO, chunk, sizeof chunk);
+      if (n <= 0) {
+        input_open = n < 0 && errno == EINTR;
+      } else {
+        input.append(chunk, static_cast<size_t>(n));
+      }
+      size_t newline;
+      while ((newline = input.find('\n')) != std::string::npos) {
+        counter.command(input.substr(0, newline));
+        input.erase(0, newline + 1);
+      }
+    }
+    counter.settle();
+  }
+  zmq_close(socket);
+  zmq_ctx_term(context);
+  return 0;
+}
+
+SubscriberProcess::SubscriberProcess(const std::string& self_exe, const std::string& endpoint) {
+  int to_child[2];
+  int from_child[2];
+  if (pipe2(to_child, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  if (pipe2(from_child, O_CLOEXEC) != 0) {
+    close(to_child[0]);
+    close(to_child[1]);
+    throw std::runtime_error("pipe2 failed");
+  }
+  std::vector<std::string> args = {self_exe, "--subscriber", endpoint};
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  pid_ = fork();
+  if (pid_ == 0) {
+    // Only async-signal-safe calls between fork and exec: other threads held locks.
+    dup2(to_child[0], STDIN_FILENO);
+    dup2(from_child[1], STDOUT_FILENO);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(to_child[0]);
+  close(from_child[1]);
+  if (pid_ < 0) {
+    close(to_child[1]);
+    close(from_child[0]);
+    throw std::runtime_error("fork failed");
+  }
+  to_child_ = to_child[1];
+  from_child_ = from_child[0];
+}
+
+SubscriberProcess::~SubscriberProcess() {
+  send_line("QUIT");
+  close(to_child_);
+  close(from_child_);
+  for (int i = 0; i < 300; ++i) {
+    if (waitpid(pid_, nullptr, WNOHANG) == pid_) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+}
+
+bool SubscriberProcess::send_line(const std::string& line) {
+  const std::string text = line + "\n";
+  return write(to_child_, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+}
+
+std::string SubscriberProcess::read_line(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const size_t newline = buffer_.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = buffer_.substr(0, newline);
+      buffer_.erase(0, newline + 1);
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return "";
+    pollfd fd = {from_child_, POLLIN, 0};
+    const int ready = poll(&fd, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return "";
+    char chunk[512];
+    const ssize_t n = read(from_child_, chunk, sizeof chunk);
+    if (n <= 0) return "";
+    buffer_.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+bool SubscriberProcess::wait_joined(const std::function<void()>& probe,
+                                    std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    probe();
+    if (read_line(std::chrono::milliseconds(10)) == "JOINED") return true;
+  }
+  return false;
+}
+
+bool SubscriberProcess::sync(uint64_t sequence) {
+  if (!send_line("SYNC " + std::to_string(sequence))) return false;
+  return read_line(std::chrono::seconds(60)) == "SYNCED 1";
+}
+
+SubscriberCounts SubscriberProcess::report(uint64_t sequence) {
+  SubscriberCounts counts;
+  if (!send_line("REPORT " + std::to_string(sequence))) return counts;
+  const std::string line = read_line(std::chrono::seconds(60));
+  const int fields = std::sscanf(
+      line.c_str(),
+      "COUNTS %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+      " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
+      &counts.messages, &counts.events, &counts.missing, &counts.restarts, &counts.bad,
+      &counts.payload_bytes, &counts.max_payload, &counts.last_sequence, &counts.first_ns,
+      &counts.last_ns);
+  counts.ok = fields == 10;
+  return counts;
+}
+
+}  // namespace kv_events_bench
