@@ -305,6 +305,11 @@ uint64_t BaselinePublisher::dropped_events() {
   return dropped_;
 }
 
+uint64_t BaselinePublisher::queue_depth() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queue_.size() + in_flight_;
+}
+
 void BaselinePublisher::run() {
   std::deque<BaselineEvent> taken;
   std::vector<BaselineEvent> batch;
@@ -315,6 +320,7 @@ void BaselinePublisher::run() {
     if (queue_.empty()) break;  // stopping, and everything is sent
     taken.swap(queue_);
     busy_ = true;
+    in_flight_ = taken.size();
     const uint64_t dropped = dropped_;
     lock.unlock();
 
@@ -334,6 +340,7 @@ void BaselinePublisher::run() {
 
     lock.lock();
     busy_ = false;
+    in_flight_ = 0;
     published_ += sent;
     last_sequence_ = sequence_;
   }

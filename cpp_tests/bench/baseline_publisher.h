@@ -96,6 +96,7 @@ class BaselinePublisher {
   uint64_t last_sequence();
   uint64_t published_events();
   uint64_t dropped_events();
+  uint64_t queue_depth();
 
  private:
   void run();
@@ -114,6 +115,7 @@ class BaselinePublisher {
   uint64_t dropped_ = 0;             // guarded by mutex_
   uint64_t last_sequence_ = 0;       // guarded by mutex_
   uint64_t published_ = 0;           // guarded by mutex_
+  uint64_t in_flight_ = 0;           // guarded by mutex_: events the worker took, not yet sent
 
   // Worker only.
   uint64_t sequence_ = 0;

@@ -5,7 +5,7 @@
 //
 //   child -> parent  JOINED                  the first message arrived
 //   parent -> child  SYNC <seq>              receive up to sequence <seq>, then zero the counts
-//   child -> parent  SYNCED <0|1>            (0: gave up after 3 s without a message)
+//   child -> parent  SYNCED <0|1>            (0: gave up after 1 s without a message)
 //   parent -> child  REPORT <seq>            receive up to <seq>, then report (counts stay)
 //   child -> parent  COUNTS <fields...>      see SubscriberCounts
 //   parent -> child  QUIT, or end of input   exit 0
@@ -58,7 +58,7 @@ class SubscriberProcess {
   // Lets the subscriber take everything up to `sequence`, then zero its counts.
   bool sync(uint64_t sequence);
 
-  // What the subscriber received since the last sync, once it has `sequence` (or after 3 s
+  // What the subscriber received since the last sync, once it has `sequence` (or after 1 s
   // without any message).
   SubscriberCounts report(uint64_t sequence);
 

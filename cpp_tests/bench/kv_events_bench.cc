@@ -61,7 +61,7 @@ struct Options {
   int runs = 3;                    // latency measurements per (threads, publisher)
   double rate = 250000;            // offered calls/s in latency phases (all threads)
   double period_us = 200;          // producers offer one burst per period
-  uint64_t throughput_calls = 1000000;
+  double throughput_seconds = 3;   // each sender of the throughput phase
   double duration = 10;            // one step of the sustained-rate search
   double search_start = 1e6;       // first offered rate of the search
   int search_steps = 10;           // at most this many steps up
@@ -90,7 +90,7 @@ Benchmarks mooncake/kv_events.h (issue 5) with a subscriber in a child process, 
   --phase S          seconds of one latency measurement (default 3)
   --rate R           calls/s offered in the latency phases, all threads (default 250000)
   --period US        producers offer a burst every US microseconds (default 200)
-  --calls N          calls of the throughput phase (default 1000000)
+  --throughput S     seconds per sender in the throughput phase (default 3)
   --duration S       seconds of one step of the sustained-rate search (default 10)
   --search-start R   first offered rate of the search, calls/s (default 1000000)
   --flood S          seconds of the RSS flood (default 60)
@@ -140,7 +140,7 @@ Options parse(int argc, char** argv) {
     } else if (flag == "--syscall-probe") {
       o.syscall_probe = true;
     } else if (flag == "--threads" || flag == "--runs" || flag == "--phase" ||
-               flag == "--rate" || flag == "--period" || flag == "--calls" ||
+               flag == "--rate" || flag == "--period" || flag == "--throughput" ||
                flag == "--duration" || flag == "--search-start" || flag == "--flood" ||
                flag == "--phases" || flag == "--clock" || flag == "--probe-calls" ||
                flag == "--probe-rate") {
@@ -151,14 +151,14 @@ Options parse(int argc, char** argv) {
   }
   if (o.mode == "quick") {
     o.phase_seconds = 0.5;
-    o.throughput_calls = 400000;
+    o.throughput_seconds = 1;
     o.duration = 2;
     o.flood_seconds = 5;
   } else if (o.mode == "smoke") {
     o.threads = {1, 2};
     o.runs = 1;
     o.phase_seconds = 0.2;
-    o.throughput_calls = 20000;
+    o.throughput_seconds = 0.2;
     o.duration = 0.2;
     o.search_steps = 1;
     o.flood_seconds = 1;
@@ -182,8 +182,8 @@ Options parse(int argc, char** argv) {
       o.rate = std::max(1.0, number("--rate", v));
     } else if (flag == "--period") {
       o.period_us = std::max(1.0, number("--period", v));
-    } else if (flag == "--calls") {
-      o.throughput_calls = std::max<uint64_t>(64, static_cast<uint64_t>(number("--calls", v)));
+    } else if (flag == "--throughput") {
+      o.throughput_seconds = number("--throughput", v);
     } else if (flag == "--duration") {
       o.duration = number("--duration", v);
     } else if (flag == "--search-start") {
@@ -391,21 +391,23 @@ std::unique_ptr<SubscriberProcess> attach(const std::string& endpoint, const Tar
 // Producers
 
 // Offers calls in bursts: `burst` calls every `interval_ns`, from `start_ns`. A producer that
-// falls more than a few bursts behind starts again from now rather than catching up all at
-// once, so no burst is larger than asked.
+// falls behind (a sleep that overslept, a preemption) catches up with back-to-back bursts, at
+// most `max_lag` bursts of them; further behind, it starts again from now (calls skipped, so
+// the rate achieved is measured, not assumed).
 class Pacer {
  public:
-  Pacer(double calls_per_second, double period_us, uint64_t start_ns) {
+  Pacer(double calls_per_second, double period_us, uint64_t start_ns, double max_lag = 4) {
     burst_ = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(
                                        calls_per_second * period_us / 1e6)));
     interval_ns_ = static_cast<double>(burst_) * 1e9 / calls_per_second;
     next_ns_ = static_cast<double>(start_ns);
+    max_lag_ = max_lag;
   }
 
   // Sleeps until the next burst is due; returns its size.
   uint64_t next() {
     const uint64_t now = steady_ns();
-    if (static_cast<double>(now) > next_ns_ + 4 * interval_ns_) {
+    if (static_cast<double>(now) > next_ns_ + max_lag_ * interval_ns_) {
       next_ns_ = static_cast<double>(now);
     } else if (static_cast<double>(now) < next_ns_) {
       sleep_until_ns(static_cast<uint64_t>(next_ns_));
@@ -418,6 +420,7 @@ class Pacer {
   uint64_t burst_;
   double interval_ns_;
   double next_ns_;
+  double max_lag_;
 };
 
 // Starts `count` threads running `body(index)` at once; joins them.
@@ -468,8 +471,8 @@ void timed_producer(Call& call, double rate, double period_us, uint64_t start_ns
   out.cpu_seconds = thread_cpu_seconds() - cpu0;
 }
 
-// Untimed calls: paced at `rate` per thread (0: as fast as possible) for `seconds`, or for
-// `calls` calls, whichever ends first.
+// Untimed calls: paced at `rate` per thread (0: as fast as possible) until `end_ns`, or for
+// `calls` calls, whichever ends first. A paced producer catches up to 50 ms of lag.
 template <class Call>
 uint64_t untimed_producer(Call& call, double rate, double period_us, uint64_t start_ns,
                           uint64_t end_ns, uint64_t calls, size_t key_offset) {
@@ -483,7 +486,7 @@ uint64_t untimed_producer(Call& call, double rate, double period_us, uint64_t st
     }
     return n;
   }
-  Pacer pacer(rate, period_us, start_ns);
+  Pacer pacer(rate, period_us, start_ns, 50000.0 / period_us);
   while (n < calls && steady_ns() < end_ns) {
     const uint64_t burst = std::min<uint64_t>(pacer.next(), calls - n);
     for (uint64_t i = 0; i < burst; ++i) call(std::string_view(k[key++ & (kKeys - 1)]));
@@ -693,71 +696,77 @@ void latency_phase(const Options& o, const CallClock& clock) {
 
 struct ThroughputResult {
   std::string name;
-  uint64_t sent_events = 0;
-  double offer_seconds = 0;  // producers' time to make every call
-  double handed_per_second = 0;  // events handed to the socket per second
-  SubscriberCounts counts;
-  double cpu_per_m = 0;
+  uint64_t events = 0;       // handed to the socket
+  double seconds = 0;        // from the first call until everything was handed over
+  uint64_t dropped = 0;      // by the publisher's queue (the producer backs off: expect 0)
+  SubscriberCounts counts;   // what the subscriber process received
+  double cpu_per_m = 0;      // this process's CPU-s per million events handed over
 };
 
 void print_throughput(const ThroughputResult& r) {
-  std::printf("%-16s %10" PRIu64 " %13s %13s %10" PRIu64 " %7" PRIu64 " %10" PRIu64 " %9.2f\n",
-              r.name.c_str(), r.sent_events, si(r.handed_per_second).c_str(),
-              si(r.counts.delivered_per_second()).c_str(), r.counts.events, r.counts.missing,
+  const double handed = r.seconds > 0 ? static_cast<double>(r.events) / r.seconds : 0;
+  std::printf("%-16s %10" PRIu64 " %11s %13s %10" PRIu64 " %10" PRIu64 " %6" PRIu64
+              " %10" PRIu64 " %9.2f\n",
+              r.name.c_str(), r.events, si(handed).c_str(),
+              si(r.counts.delivered_per_second()).c_str(), r.counts.events,
+              r.events > r.counts.events ? r.events - r.counts.events : 0, r.dropped,
               r.counts.max_payload, r.cpu_per_m);
 }
 
-// Makes `calls` calls flat out from one thread while the publisher sends; returns when the
-// subscriber has them all (or gave up).
-ThroughputResult publisher_throughput(const Options& o, Target& target,
+// One producer makes calls as fast as it can for `seconds`, napping 50 us at a time while
+// the queue holds more than half of `capacity` until it is down to a quarter: the publishing
+// thread always has work and the queue never overflows.
+ThroughputResult publisher_throughput(double seconds, Target& target,
                                       SubscriberProcess& subscriber,
-                                      const std::function<uint64_t()>& published) {
+                                      const std::function<uint64_t()>& published,
+                                      const std::function<uint64_t()>& depth,
+                                      uint64_t capacity) {
   ThroughputResult r;
   r.name = target.name;
   target.flush();
   subscriber.sync(target.last_sequence());
   const uint64_t published0 = published();
+  const uint64_t dropped0 = target.dropped();
   const double cpu0 = process_cpu_seconds();
-  const double t0 = now_seconds();
-  std::atomic<bool> offered{false};
+  const uint64_t t0 = steady_ns();
+  const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
   std::thread producer([&] {
-    auto call = [&](std::string_view key) { target.call(key); };
-    untimed_producer(call, 0, o.period_us, 0, UINT64_MAX, o.throughput_calls, 0);
-    r.offer_seconds = now_seconds() - t0;
-    offered = true;
-  });
-  // The time at which the last event was handed to the socket.
-  double handed_at = 0;
-  while (true) {
-    const uint64_t done = published() - published0;
-    if (done >= o.throughput_calls) {
-      handed_at = now_seconds();
-      break;
+    const std::vector<std::string>& k = keys();
+    size_t key = 0;
+    while (steady_ns() < end) {
+      for (int i = 0; i < 256; ++i) target.call(k[key++ & (kKeys - 1)]);
+      if (depth() > capacity / 2) {
+        while (depth() > capacity / 4 && steady_ns() < end) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
     }
-    if (offered && target.dropped() > 0) break;  // cannot complete; flush below
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-    if (now_seconds() - t0 > 120) break;
-  }
+  });
   producer.join();
   target.flush();
-  if (handed_at == 0) handed_at = now_seconds();
-  r.cpu_per_m = (process_cpu_seconds() - cpu0) / (static_cast<double>(o.throughput_calls) / 1e6);
-  r.sent_events = published() - published0;
-  r.handed_per_second = static_cast<double>(r.sent_events) / (handed_at - t0);
+  r.seconds = static_cast<double>(steady_ns() - t0) / 1e9;
+  r.events = published() - published0;
+  r.dropped = target.dropped() - dropped0;
+  r.cpu_per_m = (process_cpu_seconds() - cpu0) / (static_cast<double>(r.events) / 1e6);
   r.counts = subscriber.report(target.last_sequence());
   return r;
 }
 
-// A plain libzmq PUB sending `messages` copies of `payload` (three frames, sequenced) as fast
-// as one thread can, to a subscriber process.
-ThroughputResult raw_zmq_throughput(const std::string& payload, uint64_t messages,
-                                    uint64_t events_per_message) {
+// Plain libzmq sending copies of `payload` (three frames, sequenced) as fast as one thread
+// can for `seconds`, to a subscriber process. `nodrop`: an XPUB with ZMQ_XPUB_NODROP, whose
+// send blocks at the high-water mark instead of dropping, so the sender never outruns the
+// subscriber (the lossless limit); otherwise a PUB, which drops at the mark as the library's
+// socket does.
+ThroughputResult raw_zmq_throughput(double seconds, const std::string& payload,
+                                    uint64_t events_per_message, bool nodrop) {
   ThroughputResult r;
-  r.name = "raw libzmq PUB";
+  r.name = nodrop ? "raw XPUB nodrop" : "raw libzmq PUB";
   void* context = zmq_ctx_new();
-  void* socket = zmq_socket(context, ZMQ_PUB);
+  void* socket = zmq_socket(context, nodrop ? ZMQ_XPUB : ZMQ_PUB);
   const int linger = 1000;
+  const int on = 1;
   zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger);
+  if (nodrop) zmq_setsockopt(socket, ZMQ_XPUB_NODROP, &on, sizeof on);
   char endpoint[256] = {};
   size_t endpoint_size = sizeof endpoint;
   if (zmq_bind(socket, "tcp://127.0.0.1:*") != 0 ||
@@ -778,17 +787,19 @@ ThroughputResult raw_zmq_throughput(const std::string& payload, uint64_t message
     if (!subscriber.wait_joined(send, std::chrono::seconds(10))) {
       throw std::runtime_error("the subscriber did not join the raw PUB");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     subscriber.sync(sequence);
     const double cpu0 = process_cpu_seconds();
-    const double t0 = now_seconds();
-    for (uint64_t i = 0; i < messages; ++i) send();
-    const double t1 = now_seconds();
-    r.sent_events = messages * events_per_message;
-    r.offer_seconds = t1 - t0;
-    r.handed_per_second = static_cast<double>(r.sent_events) / (t1 - t0);
+    const uint64_t t0 = steady_ns();
+    const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
+    uint64_t messages = 0;
+    while (steady_ns() < end) {
+      for (int i = 0; i < 16; ++i) send();
+      messages += 16;
+    }
+    r.seconds = static_cast<double>(steady_ns() - t0) / 1e9;
+    r.events = messages * events_per_message;
     r.counts = subscriber.report(sequence);
-    r.cpu_per_m = (process_cpu_seconds() - cpu0) / (static_cast<double>(r.sent_events) / 1e6);
+    r.cpu_per_m = (process_cpu_seconds() - cpu0) / (static_cast<double>(r.events) / 1e6);
   }
   zmq_close(socket);
   zmq_ctx_term(context);
@@ -796,63 +807,81 @@ ThroughputResult raw_zmq_throughput(const std::string& payload, uint64_t message
 }
 
 void throughput_phase(const Options& o) {
-  const uint64_t calls = o.throughput_calls;
   std::printf(
-      "\n== Publishing thread: %" PRIu64 " calls offered flat out by one thread into a queue "
-      "that holds them all;\n"
-      "   delivered = events the subscriber process received / time from its first to its "
-      "last message (tcp loopback)\n\n",
-      calls);
-  std::printf("%-16s %10s %13s %13s %10s %7s %10s %9s\n", "sender", "events", "handed/s",
-              "delivered/s", "received", "gaps", "payload B", "CPU-s/M");
-  const uint32_t capacity = static_cast<uint32_t>(std::min<uint64_t>(calls + 4096, UINT32_MAX));
+      "\n== Publishing thread: %.1f s per sender, each to its own subscriber process on tcp "
+      "loopback.\n"
+      "   kv_events, baseline: one producer calls as fast as it can, pausing while the queue "
+      "is over half full\n"
+      "   (the publisher always has work and its queue never drops). raw: one thread sends "
+      "pre-encoded 64-event\n"
+      "   batches of the same bytes as fast as it can; PUB drops at the high-water mark (as "
+      "the library's socket\n"
+      "   does), XPUB nodrop blocks there (the lossless limit).\n"
+      "   delivered/s: events received per second between the subscriber's first and last "
+      "message; lost: handed\n"
+      "   to the socket but never received (dropped at the PUB's high-water mark: the "
+      "subscriber fell behind)\n\n",
+      o.throughput_seconds);
+  std::printf("%-16s %10s %11s %13s %10s %10s %6s %10s %9s\n", "sender", "handed", "handed/s",
+              "delivered/s", "received", "lost", "drops", "payload B", "CPU-s/M");
+  const uint32_t capacity = 65536;
   ThroughputResult ours;
   {
     std::string endpoint;
     auto library = create_library(capacity, endpoint);
     Target t = library_target(*library);
     auto subscriber = attach(endpoint, t);
-    ours = publisher_throughput(o, t, *subscriber,
-                                [&] { return library->stats().published_events; });
+    kv::Publisher* p = library.get();
+    ours = publisher_throughput(
+        o.throughput_seconds, t, *subscriber, [p] { return p->stats().published_events; },
+        [p] { return p->stats().queue_depth; }, capacity);
   }
   print_throughput(ours);
   expect_events("throughput kv_events", ours.counts);
 
-  // The same bytes as the library's full batches late in a stream (5-byte event ids).
+  // The bytes of the library's full batches at this point of a stream (same event-id width).
   MsgpackWriter writer;
   std::vector<BaselineEvent> events;
   for (size_t i = 0; i < 64; ++i) {
     events.push_back(BaselineEvent{std::string(kTenant), keys()[i], std::string(kGroup),
                                    kv::Medium::kCpu});
   }
-  uint64_t id = std::max<uint64_t>(1, ours.sent_events);  // the width of the library's ids
+  uint64_t id = std::max<uint64_t>(1, ours.events);
   const uint64_t timestamp_ms = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::system_clock::now().time_since_epoch())
           .count());
   write_baseline_batch(writer, baseline_config(0), timestamp_ms, events.data(), events.size(),
                        id);
-  const ThroughputResult raw = raw_zmq_throughput(writer.out(), calls / 64, 64);
+  const ThroughputResult raw = raw_zmq_throughput(o.throughput_seconds, writer.out(), 64, false);
   print_throughput(raw);
   expect_events("throughput raw", raw.counts);
+  const ThroughputResult nodrop =
+      raw_zmq_throughput(o.throughput_seconds, writer.out(), 64, true);
+  print_throughput(nodrop);
+  expect_events("throughput raw nodrop", nodrop.counts);
 
   ThroughputResult base;
   {
     BaselinePublisher baseline(baseline_config(capacity));
     Target t = baseline_target(baseline);
     auto subscriber = attach(baseline.endpoint(), t);
-    base = publisher_throughput(o, t, *subscriber,
-                                [&] { return baseline.published_events(); });
+    BaselinePublisher* p = &baseline;
+    base = publisher_throughput(
+        o.throughput_seconds, t, *subscriber, [p] { return p->published_events(); },
+        [p] { return p->queue_depth(); }, capacity);
   }
   print_throughput(base);
   expect_events("throughput baseline", base.counts);
 
   const double raw_rate = std::max(1.0, raw.counts.delivered_per_second());
-  std::printf(
-      "\nkv_events / raw libzmq PUB, delivered: %.2f   (baseline / raw: %.2f)\n"
-      "kv_events producer: %" PRIu64 " calls offered in %.3f s (%s calls/s from one thread)\n",
-      ours.counts.delivered_per_second() / raw_rate, base.counts.delivered_per_second() / raw_rate,
-      calls, ours.offer_seconds, si(static_cast<double>(calls) / ours.offer_seconds).c_str());
+  const double nodrop_rate = std::max(1.0, nodrop.counts.delivered_per_second());
+  std::printf("\ndelivered/s as a fraction of the raw PUB's / of the raw XPUB nodrop's: "
+              "kv_events %.2f / %.2f, baseline %.2f / %.2f\n",
+              ours.counts.delivered_per_second() / raw_rate,
+              ours.counts.delivered_per_second() / nodrop_rate,
+              base.counts.delivered_per_second() / raw_rate,
+              base.counts.delivered_per_second() / nodrop_rate);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -868,7 +897,7 @@ void sustained_phase(const Options& o) {
   auto library = create_library(65536, endpoint);
   Target t = library_target(*library);
   auto subscriber = attach(endpoint, t);
-  std::printf("%12s %12s %8s %8s %10s %9s  %s\n", "offered/s", "achieved/s", "drops", "gaps",
+  std::printf("%12s %12s %8s %8s %10s %9s  %s\n", "asked/s", "offered/s", "drops", "gaps",
               "received", "CPU-s/M", "result");
   double best = 0, best_cpu = 0;
   double rate = o.search_start;
@@ -890,21 +919,22 @@ void sustained_phase(const Options& o) {
     const double cpu = process_cpu_seconds() - cpu0;
     const SubscriberCounts counts = subscriber->report(t.last_sequence());
     const uint64_t dropped = t.dropped() - dropped0;
-    const bool producer_short = achieved < 0.97 * rate;
-    const bool held = dropped == 0 && counts.missing == 0 && !producer_short;
+    const bool held = dropped == 0 && counts.missing == 0;
+    // The producer's sleeps overshoot on a busy machine; past 10% short, the rate asked for
+    // was not offered and the search stops there.
+    const bool producer_short = achieved < 0.9 * rate;
     const double cpu_per_m = cpu / (static_cast<double>(calls) / 1e6);
-    std::printf("%12s %12s %8" PRIu64 " %8" PRIu64 " %10" PRIu64 " %9.2f  %s\n",
+    std::printf("%12s %12s %8" PRIu64 " %8" PRIu64 " %10" PRIu64 " %9.2f  %s%s\n",
                 si(rate).c_str(), si(achieved).c_str(), dropped, counts.missing, counts.events,
-                cpu_per_m,
-                held             ? "held"
-                : producer_short ? "producer could not offer the rate"
-                                 : "lost events");
+                cpu_per_m, held ? "held" : "lost events",
+                producer_short ? " (the producer could not offer the rate)" : "");
     if (step == 0) expect_events("sustained", counts);
-    if (held && rate > best) {
-      best = rate;
+    if (held && achieved > best) {
+      best = achieved;
       best_cpu = cpu_per_m;
     }
     if (step + 1 >= o.search_steps && o.mode == "smoke") break;
+    if (producer_short && held) break;
     if (held && !going_down) {
       if (step + 1 >= o.search_steps) break;
       rate *= 1.25;
@@ -917,8 +947,8 @@ void sustained_phase(const Options& o) {
     }
   }
   if (best > 0) {
-    std::printf("\nhighest offered rate sustained for %.1f s with zero drops: %s calls/s "
-                "(%.2f CPU-s per million events, this process)\n",
+    std::printf("\nhighest rate offered (as achieved) for %.1f s with zero drops and no gap: "
+                "%s calls/s (%.2f CPU-s per million events, this process)\n",
                 o.duration, si(best).c_str(), best_cpu);
   } else {
     std::printf("\nno offered rate held in this search\n");

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs the benchmarks of issue 5:
+#   1. kv_events_bench, the C++ benchmark through include/mooncake/kv_events.h, built in Release
+#      with ENABLE_KV_EVENTS=ON in build/bench (hot path against an in-run baseline, publishing
+#      thread against a plain libzmq PUB, sustained rate, CPU, memory);
+#   2. cargo bench --features bench: the criterion benches (encoding alone, Rust-side hot path).
+#
+# Usage: scripts/bench.sh [--quick] [--cpp-only] [kv_events_bench options...]
+#   --quick     about a minute of C++ benchmark and short criterion measurements
+#   --cpp-only  skip the criterion benches
+# Other options go to kv_events_bench (build/bench/bench/kv_events_bench --help lists them).
+# The figures are only comparable inside one run: the ratios are what to look at.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+cpp_only=0
+args=()
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1; args+=(--quick) ;;
+    --cpp-only) cpp_only=1 ;;
+    *) args+=("$arg") ;;
+  esac
+done
+
+cmake -S cpp_tests -B build/bench -G Ninja -DENABLE_KV_EVENTS=ON -DCMAKE_BUILD_TYPE=Release \
+  >/dev/null
+cmake --build build/bench --target kv_events_bench
+echo "library: $(git log -1 --format='%h %s' -- src cpp 2>/dev/null || echo '?')" \
+  "$(git diff --quiet -- src cpp 2>/dev/null || echo '(with uncommitted changes)')"
+echo "uptime: $(uptime)"
+build/bench/bench/kv_events_bench "${args[@]}"
+
+if ((cpp_only)); then
+  exit 0
+fi
+criterion=()
+if ((quick)); then
+  criterion=(--warm-up-time 1 --measurement-time 2)
+fi
+cargo bench --locked --features bench -- "${criterion[@]}"
