@@ -39,4 +39,4 @@ criterion=()
 if ((quick)); then
   criterion=(--warm-up-time 1 --measurement-time 2)
 fi
-cargo bench --locked --features bench -- "${criterion[@]}"
+cargo bench --locked --features bench --bench encode --bench hot_path -- "${criterion[@]}"

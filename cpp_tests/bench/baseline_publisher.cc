@@ -1,5 +1,6 @@
 #include "baseline_publisher.h"
 
+#include <pthread.h>
 #include <zmq.h>
 
 #include <chrono>
@@ -235,7 +236,10 @@ BaselinePublisher::BaselinePublisher(BaselineConfig config) : config_(std::move(
     throw std::runtime_error("baseline publisher on " + config_.bind_endpoint + ": " + error);
   }
   endpoint_ = endpoint;
-  worker_ = std::thread([this] { run(); });
+  worker_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "baseline-pub");
+    run();
+  });
 }
 
 BaselinePublisher::~BaselinePublisher() {

@@ -14,6 +14,8 @@
 // runs and the subscriber received events. `--syscall-probe` is the producer loop alone, for
 // scripts/bench_syscalls.sh to run under strace.
 
+#include <dirent.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -34,6 +36,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -263,6 +266,26 @@ double thread_cpu_seconds() {
 
 double now_seconds() { return static_cast<double>(steady_ns()) / 1e9; }
 
+// CPU seconds of this process's live threads, summed by thread name (/proc/self/task/*/comm;
+// the first field of schedstat is the thread's time on a CPU in ns). Joined threads are gone
+// from it: producers measure themselves.
+std::map<std::string, double> cpu_by_thread_name() {
+  std::map<std::string, double> cpu;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return cpu;
+  while (const dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    const std::string task = std::string("/proc/self/task/") + entry->d_name;
+    std::ifstream comm(task + "/comm");
+    std::ifstream schedstat(task + "/schedstat");
+    std::string name;
+    uint64_t ns = 0;
+    if (std::getline(comm, name) && (schedstat >> ns)) cpu[name] += static_cast<double>(ns) / 1e9;
+  }
+  closedir(dir);
+  return cpu;
+}
+
 void sleep_until_ns(uint64_t deadline_ns) {
   // steady_clock is CLOCK_MONOTONIC on Linux.
   timespec ts;
@@ -429,6 +452,7 @@ void run_threads(int count, const std::function<void(int)>& body) {
   std::vector<std::thread> threads;
   for (int i = 0; i < count; ++i) {
     threads.emplace_back([&, i] {
+      pthread_setname_np(pthread_self(), "producer");
       prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);  // sleep_until as asked, not 50 us late
       ready.fetch_add(1);
       while (ready.load() < count) std::this_thread::yield();
@@ -701,7 +725,31 @@ struct ThroughputResult {
   uint64_t dropped = 0;      // by the publisher's queue (the producer backs off: expect 0)
   SubscriberCounts counts;   // what the subscriber process received
   double cpu_per_m = 0;      // this process's CPU-s per million events handed over
+  std::map<std::string, double> thread_cpu;  // CPU-s by thread name over the run
 };
+
+// Where the CPU of a throughput run went, in ns per event handed over, by thread.
+void print_thread_cpu(const ThroughputResult& r) {
+  const double events = static_cast<double>(std::max<uint64_t>(1, r.events));
+  std::printf("  %-16s CPU ns/event:", r.name.c_str());
+  for (const auto& [name, seconds] : r.thread_cpu) {
+    if (seconds * 1e9 / events < 0.5) continue;
+    std::printf(" %s %.0f,", name == "kv_events_bench" ? "main" : name.c_str(),
+                seconds * 1e9 / events);
+  }
+  std::printf(" process %.0f\n", r.cpu_per_m * 1e3);
+}
+
+// The CPU of each thread name between two snapshots.
+std::map<std::string, double> cpu_delta(const std::map<std::string, double>& before,
+                                        const std::map<std::string, double>& after) {
+  std::map<std::string, double> delta;
+  for (const auto& [name, seconds] : after) {
+    auto it = before.find(name);
+    delta[name] = seconds - (it == before.end() ? 0 : it->second);
+  }
+  return delta;
+}
 
 void print_throughput(const ThroughputResult& r) {
   const double handed = r.seconds > 0 ? static_cast<double>(r.events) / r.seconds : 0;
@@ -728,9 +776,13 @@ ThroughputResult publisher_throughput(double seconds, Target& target,
   const uint64_t published0 = published();
   const uint64_t dropped0 = target.dropped();
   const double cpu0 = process_cpu_seconds();
+  const std::map<std::string, double> threads0 = cpu_by_thread_name();
+  double producer_cpu = 0;
   const uint64_t t0 = steady_ns();
   const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
   std::thread producer([&] {
+    pthread_setname_np(pthread_self(), "producer");
+    const double own0 = thread_cpu_seconds();
     const std::vector<std::string>& k = keys();
     size_t key = 0;
     while (steady_ns() < end) {
@@ -741,9 +793,12 @@ ThroughputResult publisher_throughput(double seconds, Target& target,
         }
       }
     }
+    producer_cpu = thread_cpu_seconds() - own0;
   });
   producer.join();
   target.flush();
+  r.thread_cpu = cpu_delta(threads0, cpu_by_thread_name());
+  r.thread_cpu["producer"] = producer_cpu;
   r.seconds = static_cast<double>(steady_ns() - t0) / 1e9;
   r.events = published() - published0;
   r.dropped = target.dropped() - dropped0;
@@ -789,6 +844,7 @@ ThroughputResult raw_zmq_throughput(double seconds, const std::string& payload,
     }
     subscriber.sync(sequence);
     const double cpu0 = process_cpu_seconds();
+    const std::map<std::string, double> threads0 = cpu_by_thread_name();
     const uint64_t t0 = steady_ns();
     const uint64_t end = t0 + static_cast<uint64_t>(seconds * 1e9);
     uint64_t messages = 0;
@@ -797,6 +853,7 @@ ThroughputResult raw_zmq_throughput(double seconds, const std::string& payload,
       messages += 16;
     }
     r.seconds = static_cast<double>(steady_ns() - t0) / 1e9;
+    r.thread_cpu = cpu_delta(threads0, cpu_by_thread_name());
     r.events = messages * events_per_message;
     r.counts = subscriber.report(sequence);
     r.cpu_per_m = (process_cpu_seconds() - cpu0) / (static_cast<double>(r.events) / 1e6);
@@ -874,6 +931,11 @@ void throughput_phase(const Options& o) {
   print_throughput(base);
   expect_events("throughput baseline", base.counts);
 
+  std::printf("\n");
+  for (const ThroughputResult* r : std::initializer_list<const ThroughputResult*>{
+           &ours, &raw, &nodrop, &base}) {
+    print_thread_cpu(*r);
+  }
   const double raw_rate = std::max(1.0, raw.counts.delivered_per_second());
   const double nodrop_rate = std::max(1.0, nodrop.counts.delivered_per_second());
   std::printf("\ndelivered/s as a fraction of the raw PUB's / of the raw XPUB nodrop's: "
@@ -1034,6 +1096,11 @@ void flood_phase(const Options& o) {
     stop = true;
     producer.join();
     t.flush();
+    std::printf("RSS samples (MB, one a second):");
+    for (size_t s = 0; s < samples.size(); ++s) {
+      std::printf("%s%.1f", s % 20 == 0 ? "\n  " : " ", samples[s]);
+    }
+    std::printf("\n");
     const kv::Stats stats = library->stats();
     const SubscriberCounts counts = subscriber->report(t.last_sequence());
     std::printf(
