@@ -70,6 +70,7 @@ struct Options {
   int search_steps = 10;           // at most this many steps up
   double flood_seconds = 60;       // RSS flood
   bool tsc = true;
+  bool library_only = false;       // skip the baseline and the raw senders (for profiling)
   std::vector<std::string> phases = {"memory", "latency", "throughput", "sustained", "flood"};
   // --syscall-probe
   bool syscall_probe = false;
@@ -100,6 +101,7 @@ Benchmarks mooncake/kv_events.h (issue 5) with a subscriber in a child process, 
   --phases LIST      any of memory,latency,throughput,sustained,flood (default all, run in
                      that order)
   --clock tsc|steady what times a call (default tsc when invariant, else steady_clock)
+  --library-only     measure the library alone: no baseline, no raw senders (for perf)
   --syscall-probe    only the producer loop (see scripts/bench_syscalls.sh):
      --probe-calls N   calls per producer thread (default 1000000)
      --probe-rate R    calls/s per producer thread, paced in bursts; 0 = flat out (default)
@@ -142,6 +144,8 @@ Options parse(int argc, char** argv) {
       o.mode = flag.substr(2);
     } else if (flag == "--syscall-probe") {
       o.syscall_probe = true;
+    } else if (flag == "--library-only") {
+      o.library_only = true;
     } else if (flag == "--threads" || flag == "--runs" || flag == "--phase" ||
                flag == "--rate" || flag == "--period" || flag == "--throughput" ||
                flag == "--duration" || flag == "--search-start" || flag == "--flood" ||
@@ -664,9 +668,14 @@ void latency_phase(const Options& o, const CallClock& clock) {
   auto library = create_library(65536, library_endpoint);
   Target library_t = library_target(*library);
   auto library_sub = attach(library_endpoint, library_t);
-  BaselinePublisher baseline(baseline_config(65536));
-  Target baseline_t = baseline_target(baseline);
-  auto baseline_sub = attach(baseline.endpoint(), baseline_t);
+  std::unique_ptr<BaselinePublisher> baseline;
+  std::unique_ptr<SubscriberProcess> baseline_sub;
+  Target baseline_t;
+  if (!o.library_only) {
+    baseline = std::make_unique<BaselinePublisher>(baseline_config(65536));
+    baseline_t = baseline_target(*baseline);
+    baseline_sub = attach(baseline->endpoint(), baseline_t);
+  }
 
   std::printf("%-8s %-10s %9s %9s %9s %9s %9s %11s %7s %6s %8s %8s\n", "threads",
               "publisher", "p50", "p99", "p99.9", "max", "calls", "offered/s", "drops", "gaps",
@@ -676,8 +685,10 @@ void latency_phase(const Options& o, const CallClock& clock) {
     for (int r = 0; r < o.runs; ++r) {
       ours.push_back(
           measure_latency(o, clock, library_t, *library_sub, threads, library.get(), nullptr));
-      base.push_back(
-          measure_latency(o, clock, baseline_t, *baseline_sub, threads, nullptr, &baseline));
+      if (baseline) {
+        base.push_back(measure_latency(o, clock, baseline_t, *baseline_sub, threads, nullptr,
+                                       baseline.get()));
+      }
     }
     auto row = [&](const char* name, const std::vector<LatencyRun>& runs) {
       auto med = [&](double LatencyRun::*field) {
@@ -700,6 +711,7 @@ void latency_phase(const Options& o, const CallClock& clock) {
                   med(&LatencyRun::cpu_per_m), med(&LatencyRun::publishing_cpu_per_m));
     };
     row("kv_events", ours);
+    if (!baseline) continue;
     row("baseline", base);
     // Ratios inside each run (the two measured back to back), then their median.
     std::vector<double> r50, r99, r999;
@@ -895,6 +907,10 @@ void throughput_phase(const Options& o) {
   }
   print_throughput(ours);
   expect_events("throughput kv_events", ours.counts);
+  if (o.library_only) {
+    print_thread_cpu(ours);
+    return;
+  }
 
   // The bytes of the library's full batches at this point of a stream (same event-id width).
   MsgpackWriter writer;
@@ -1037,14 +1053,15 @@ void memory_phase() {
     std::string endpoint;
     auto library = create_library(65536, endpoint);
     const double created = rss_mb();
+    // Until a look at the queue finds it (nearly) full: the publishing thread drains it
+    // meanwhile, and a busy machine may deschedule this thread between pushes and the look.
     uint64_t depth = 0;
     double full = created;
-    for (int round = 0; round < 50 && depth < 65536; ++round) {
-      for (size_t i = 0; i < 2 * 65536; ++i) {
+    for (int round = 0; round < 500 && depth < 65536 * 99 / 100; ++round) {
+      for (size_t i = 0; i < 65536 + 4096; ++i) {
         library->on_put_commit(kTenant, k[i & (kKeys - 1)], kGroup, kCpu);
       }
-      const kv::Stats s = library->stats();
-      depth = s.queue_depth;
+      depth = std::max<uint64_t>(depth, library->stats().queue_depth);
       full = std::max(full, rss_mb());
     }
     constexpr double kMB = 1048576.0;
