@@ -6,11 +6,13 @@
 # the system calls it made between the two getppid() markers that bound its loop, by name.
 # A count that does not grow with the number of calls is a cost per run, not per call.
 #
-#   paced     2 threads x 125k calls/s in bursts every 200 us: the publisher keeps up (steady
-#             state, no drop). The bursts' clock_nanosleep is the benchmark's own pacing and is
-#             shown apart.
-#   flat-out  2 threads as fast as they can: the publishing thread, slowed by strace, falls
-#             behind, so this is the full-queue (drop-oldest) path.
+#   warm      2 threads x 125k calls/s in bursts every 200 us, after a warm-up of 70k calls
+#             per thread and a flush (the thread's malloc arena has grown to what a full queue
+#             needs): steady state, the publisher keeps up. The bursts' clock_nanosleep is the
+#             benchmark's own pacing and is shown apart.
+#   cold      the same without the warm-up: the arena may grow during the loop.
+#   flat-out  2 threads as fast as they can, no warm-up: the publishing thread, slowed by
+#             strace, falls behind, so this is mostly the full-queue (drop-oldest) path.
 #
 # Usage: scripts/bench_syscalls.sh [--quick]   (--quick: 250k and 1M calls)
 # Needs strace (Debian: apt-get install strace). Builds build/bench like scripts/bench.sh,
@@ -40,39 +42,46 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# count <trace file>: "name=count ..." of the calls between the first and second getppid().
+# count <trace file>: "name=count" lines of the calls between the first and second getppid().
 count() {
   awk '/^getppid\(/ { marks++; next }
        marks == 1 && /^[a-z_0-9]+\(/ { sub(/\(.*/, ""); n[$0]++ }
        END { for (k in n) printf "%s=%d\n", k, n[k] }' "$1" | sort
 }
 
-printf '%-9s %10s %8s %9s %10s  %s\n' mode calls/thr thread syscalls pacing "by name (the library's, pacing apart)"
-for mode in paced flat-out; do
-  rate=()
-  [[ "$mode" == paced ]] && rate=(--probe-rate 125000)
+echo "uptime: $(uptime)"
+printf '%-9s %10s %7s %9s %9s  %s\n' mode calls/thr thread syscalls pacing \
+  "by name (the library's; the pacing's clock_nanosleep apart)"
+for mode in warm cold flat-out; do
+  case "$mode" in
+    warm) options=(--probe-rate 125000 --probe-warmup 70000) ;;
+    cold) options=(--probe-rate 125000) ;;
+    *) options=() ;;
+  esac
   for calls in "$small" "$large"; do
     rm -f "$work"/trace.*
     strace -f -ff -qq -o "$work/trace" -- \
-      "$bench" --syscall-probe --threads 2 --probe-calls "$calls" "${rate[@]}" >"$work/out"
+      "$bench" --syscall-probe --threads 2 --probe-calls "$calls" "${options[@]}" >"$work/out"
     read -r -a tids <<<"$(awk '/^producer_tids/ { $1 = ""; print }' "$work/out")"
-    dropped="$(awk '/^dropped_events/ { print $2 }' "$work/out")"
+    dropped="$(awk '/^dropped_in_loop/ { print $2 }' "$work/out")"
     for i in "${!tids[@]}"; do
       names="$(count "$work/trace.${tids[$i]}")"
       pacing="$(awk -F= '$1 == "clock_nanosleep" { print $2 }' <<<"$names")"
       library="$(grep -v '^clock_nanosleep=' <<<"$names" || true)"
-      total="$(awk -F= '{ s += $2 } END { print s + 0 }' <<<"$library")"
-      printf '%-9s %10s %8s %9s %10s  %s\n' "$mode" "$calls" "#$i" "$total" "${pacing:-0}" \
+      total="$(awk -F= 'NF == 2 { s += $2 } END { print s + 0 }' <<<"$library")"
+      printf '%-9s %10s %7s %9s %9s  %s\n' "$mode" "$calls" "#$i" "$total" "${pacing:-0}" \
         "$(tr '\n' ' ' <<<"$library")"
     done
-    echo "          (events dropped by the publisher in this run: $dropped)"
+    echo "          (events the publisher dropped during the loops: $dropped)"
   done
 done
 cat <<'EOF'
 
 syscalls: what a producer thread made inside its loop, besides the pacing's clock_nanosleep.
-  mmap/mprotect: glibc creating and growing the thread's malloc arena (the records the calls
-  allocate) up to the queue's working set, once; futex: waking the publishing thread (after an
-  idle spell, or when the queue is full); sched_yield: crossbeam's backoff on a contended slot.
+  mmap/mprotect: glibc creating the thread's malloc arena and growing it 4 KB at a time while
+    queued records (96-byte chunks) pile up: bounded by the queue's capacity (65536 x 96 B is
+    about 1540 pages), none once the arena has grown (warm);
+  futex: waking the publishing thread (after an idle spell of 20 ms, or when the queue is full);
+  sched_yield: crossbeam's backoff when a slot is contended.
 A count that stays put from the shorter run to the 4x longer one is not paid per call.
 EOF

@@ -76,6 +76,7 @@ struct Options {
   bool syscall_probe = false;
   uint64_t probe_calls = 1000000;  // per producer thread
   double probe_rate = 0;           // 0: as fast as possible
+  uint64_t probe_warmup = 0;       // calls per producer thread before the loop, then a flush
 };
 
 [[noreturn]] void usage(const char* error) {
@@ -105,6 +106,7 @@ Benchmarks mooncake/kv_events.h (issue 5) with a subscriber in a child process, 
   --syscall-probe    only the producer loop (see scripts/bench_syscalls.sh):
      --probe-calls N   calls per producer thread (default 1000000)
      --probe-rate R    calls/s per producer thread, paced in bursts; 0 = flat out (default)
+     --probe-warmup N  calls per producer thread before the loop, then a flush (default 0)
   --subscriber EP    (internal) run as the subscriber process on endpoint EP
 )");
   std::exit(error ? 2 : 0);
@@ -150,7 +152,7 @@ Options parse(int argc, char** argv) {
                flag == "--rate" || flag == "--period" || flag == "--throughput" ||
                flag == "--duration" || flag == "--search-start" || flag == "--flood" ||
                flag == "--phases" || flag == "--clock" || flag == "--probe-calls" ||
-               flag == "--probe-rate") {
+               flag == "--probe-rate" || flag == "--probe-warmup") {
       explicit_values.emplace_back(flag, value());
     } else {
       usage(("unknown option " + flag).c_str());
@@ -212,6 +214,8 @@ Options parse(int argc, char** argv) {
       o.probe_calls = static_cast<uint64_t>(number("--probe-calls", v));
     } else if (flag == "--probe-rate") {
       o.probe_rate = number("--probe-rate", v);
+    } else if (flag == "--probe-warmup") {
+      o.probe_warmup = static_cast<uint64_t>(number("--probe-warmup", v));
     }
   }
   return o;
@@ -1146,14 +1150,27 @@ int syscall_probe(const Options& o) {
   const int threads = o.threads.front();
   std::vector<long> tids(threads);
   std::vector<uint64_t> calls(threads);
-  const uint64_t start = steady_ns() + 20000000;
+  std::atomic<int> warmed{0};
+  std::atomic<bool> go{false};
+  uint64_t dropped_before = 0;
   run_threads(threads, [&](int i) {
     tids[i] = syscall(SYS_gettid);
     auto call = [&](std::string_view key) { library->on_put_commit(kTenant, key, kGroup, kCpu); };
+    // A warm-up grows this thread's malloc arena to what a full queue needs; the flush then
+    // hands every record back to it, so the loop below starts from a warm allocator.
+    untimed_producer(call, 0, o.period_us, 0, UINT64_MAX, o.probe_warmup, 0);
+    warmed.fetch_add(1);
+    if (i == 0) {
+      while (warmed.load() < threads) std::this_thread::yield();
+      t.flush();
+      dropped_before = t.dropped();
+      go = true;
+    }
+    while (!go.load()) std::this_thread::yield();
     // getppid() marks the loop's bounds in the trace: every system call the thread makes
     // between the two is made by the calls (or by the pacing's clock_nanosleep).
     syscall(SYS_getppid);
-    calls[i] = untimed_producer(call, o.probe_rate, o.period_us, start, UINT64_MAX,
+    calls[i] = untimed_producer(call, o.probe_rate, o.period_us, steady_ns(), UINT64_MAX,
                                 o.probe_calls, static_cast<size_t>(i) * 997);
     syscall(SYS_getppid);
   });
@@ -1163,8 +1180,10 @@ int syscall_probe(const Options& o) {
   for (long tid : tids) std::printf(" %ld", tid);
   std::printf("\ncalls");
   for (uint64_t c : calls) std::printf(" %" PRIu64, c);
-  std::printf("\npublished_events %" PRIu64 "\ndropped_events %" PRIu64 "\nsubscriber_pid %d\n",
-              s.published_events, s.dropped_events, static_cast<int>(subscriber->pid()));
+  std::printf("\npublished_events %" PRIu64 "\ndropped_events %" PRIu64
+              "\ndropped_in_loop %" PRIu64 "\nsubscriber_pid %d\n",
+              s.published_events, s.dropped_events, s.dropped_events - dropped_before,
+              static_cast<int>(subscriber->pid()));
   return 0;
 }
 
