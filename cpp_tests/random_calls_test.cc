@@ -84,17 +84,7 @@ bool valid_utf8(const std::string& s) {
 
 // Bytes for a failure message: printable, and cut short when long.
 std::string shown(const std::string& bytes) {
-  std::string out;
-  for (size_t i = 0; i < bytes.size() && i < 48; ++i) {
-    const unsigned char c = static_cast<unsigned char>(bytes[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "\\x%02x", c);
-      out += hex;
-    }
-  }
+  std::string out = kv_events_test::printable(bytes.substr(0, 48));
   if (bytes.size() > 48) out += "...(" + std::to_string(bytes.size()) + " bytes)";
   return out;
 }

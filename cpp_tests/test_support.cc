@@ -78,8 +78,6 @@ std::vector<Value> events_of(const std::vector<Batch>& batches) {
   return events;
 }
 
-namespace {
-
 std::string printable(const std::string& bytes) {
   std::string out;
   for (unsigned char c : bytes) {
@@ -93,8 +91,6 @@ std::string printable(const std::string& bytes) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string summary(const Value& event) {
   const std::string& type = event.at("event_type").as_str();

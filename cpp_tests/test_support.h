@@ -60,6 +60,9 @@ class Session {
 // The events of `batches`, in stream order.
 std::vector<Value> events_of(const std::vector<Batch>& batches);
 
+// `bytes` with every byte that is not printable ASCII (and the backslash) written as \xNN.
+std::string printable(const std::string& bytes);
+
 // "stored cpu <key>", "removed disk <key>", "cleared <tenant>": one line per event, for
 // comparing whole streams. Non-printable bytes are written as \xNN.
 std::string summary(const Value& event);

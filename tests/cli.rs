@@ -262,20 +262,27 @@ fn tail_prints_each_event_as_a_json_line_with_its_sequence() {
     assert!(!stderr.contains("gap"), "{stderr}");
 }
 
-#[test]
-fn tail_reports_a_publisher_restart_on_stderr() {
-    let endpoint = Endpoint::new();
-    let first = publisher(&endpoint);
-    let tail = Tail::start(&endpoint, &["--count", "2", "--idle-timeout", "5"]);
+/// A tail with `options` that watched one event of a publisher on `endpoint`, then one call
+/// with `media` of a second publisher bound to the same endpoint.
+fn tail_across_a_restart(endpoint: &str, options: &[&str], media: MediumSet) -> Tail {
+    let first = publisher(endpoint);
+    let tail = Tail::start(endpoint, options);
     first.on_put_commit("", "before-restart", "", CPU);
     assert!(first.flush(Duration::from_secs(10)), "flush");
     drop(first);
 
-    let second = publisher(&endpoint);
-    // Setup, as above: the subscriber reconnects to the new socket on its own.
+    let second = publisher(endpoint);
+    // Setup: the subscriber reconnects to the new socket on its own.
     std::thread::sleep(Duration::from_millis(1000));
-    second.on_put_commit("", "after-restart", "", CPU);
+    second.on_put_commit("", "after-restart", "", media);
     assert!(second.flush(Duration::from_secs(10)), "flush");
+    tail
+}
+
+#[test]
+fn tail_reports_a_publisher_restart_on_stderr() {
+    let endpoint = Endpoint::new();
+    let tail = tail_across_a_restart(&endpoint, &["--count", "2", "--idle-timeout", "5"], CPU);
 
     let (output, stderr) = tail.finish();
     let stdout = text(&output.stdout);
@@ -350,17 +357,11 @@ fn tail_prints_and_counts_only_the_events_its_filters_pass() {
 #[test]
 fn tail_filters_hide_no_restart() {
     let endpoint = Endpoint::new();
-    let first = publisher(&endpoint);
-    let tail = Tail::start(&endpoint, &["--tenant", "nobody", "--idle-timeout", "2"]);
-    first.on_put_commit("", "before-restart", "", CPU);
-    assert!(first.flush(Duration::from_secs(10)), "flush");
-    drop(first);
-
-    let second = publisher(&endpoint);
-    // Setup: the subscriber reconnects to the new socket on its own.
-    std::thread::sleep(Duration::from_millis(1000));
-    second.on_put_commit("", "after-restart", "", BOTH);
-    assert!(second.flush(Duration::from_secs(10)), "flush");
+    let tail = tail_across_a_restart(
+        &endpoint,
+        &["--tenant", "nobody", "--idle-timeout", "2"],
+        BOTH,
+    );
 
     let (output, stderr) = tail.finish();
     assert!(output.status.success(), "{stderr}");

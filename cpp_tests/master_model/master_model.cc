@@ -361,37 +361,30 @@ Status Master::complete_task_locked(const ObjectId& id, Object& object, TaskKind
   return Status::kOk;
 }
 
-Status Master::copy_end(const std::string& tenant, const std::string& key) {
+Status Master::finish_task(const std::string& tenant, const std::string& key, TaskKind kind,
+                           const std::optional<Placement>& written) {
   Shard& s = shard(tenant, key);
   std::lock_guard<std::mutex> lock(s.mutex);
   Object* object = live(s, {tenant, key});
   if (object == nullptr) return Status::kNotFound;
-  return complete_task_locked({tenant, key}, *object, TaskKind::kCopy, std::nullopt);
+  return complete_task_locked({tenant, key}, *object, kind, written);
+}
+
+Status Master::copy_end(const std::string& tenant, const std::string& key) {
+  return finish_task(tenant, key, TaskKind::kCopy, std::nullopt);
 }
 
 Status Master::move_end(const std::string& tenant, const std::string& key) {
-  Shard& s = shard(tenant, key);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Object* object = live(s, {tenant, key});
-  if (object == nullptr) return Status::kNotFound;
-  return complete_task_locked({tenant, key}, *object, TaskKind::kMove, std::nullopt);
+  return finish_task(tenant, key, TaskKind::kMove, std::nullopt);
 }
 
 Status Master::offload_end(const std::string& tenant, const std::string& key,
                            const Placement& target) {
-  Shard& s = shard(tenant, key);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Object* object = live(s, {tenant, key});
-  if (object == nullptr) return Status::kNotFound;
-  return complete_task_locked({tenant, key}, *object, TaskKind::kOffload, target);
+  return finish_task(tenant, key, TaskKind::kOffload, target);
 }
 
 Status Master::promote_end(const std::string& tenant, const std::string& key) {
-  Shard& s = shard(tenant, key);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  Object* object = live(s, {tenant, key});
-  if (object == nullptr) return Status::kNotFound;
-  return complete_task_locked({tenant, key}, *object, TaskKind::kPromote, std::nullopt);
+  return finish_task(tenant, key, TaskKind::kPromote, std::nullopt);
 }
 
 // --- Eviction, stale handles, client cleanup -----------------------------------------------

@@ -249,6 +249,9 @@ class Master {
   Status remove_locked(Shard& shard, Iterator it);
   Status complete_task_locked(const ObjectId& id, Object& object, TaskKind kind,
                               const std::optional<Placement>& written);
+  // Locks the object's shard and completes its pending task of `kind`.
+  Status finish_task(const std::string& tenant, const std::string& key, TaskKind kind,
+                     const std::optional<Placement>& written);
   Status put_end_locked(const ObjectId& id, Object& object, std::optional<kv::Medium> medium);
 
   kv::Publisher& publisher_;
