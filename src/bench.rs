@@ -59,16 +59,15 @@ impl EncodeBatches {
 pub struct FullQueue(crate::queue::EventQueue);
 
 impl FullQueue {
-    /// `capacity` calls of `on_put_commit(tenant, key of key_len bytes, group, {cpu})`.
-    pub fn new(capacity: usize, tenant: &[u8], key_len: usize, group: &[u8]) -> FullQueue {
+    /// `capacity` calls of `on_put_commit(tenant, key, group, {cpu})`.
+    pub fn new(capacity: usize, tenant: &[u8], key: &[u8], group: &[u8]) -> FullQueue {
         use crate::event::ObjectEvents;
         use crate::media::MediumSet;
         use crate::queue::{EventQueue, Record};
         let queue = EventQueue::new(capacity);
-        let key = vec![b'k'; key_len];
         let cpu = MediumSet::from([Medium::Cpu]);
         for _ in 0..capacity {
-            let object = ObjectEvents::new(tenant, &key, group, MediumSet::EMPTY, cpu);
+            let object = ObjectEvents::new(tenant, key, group, MediumSet::EMPTY, cpu);
             queue.push(Record::Object(object.expect("small strings")));
         }
         FullQueue(queue)

@@ -74,8 +74,8 @@ impl ReplicaKind {
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct MediumSet(Bits);
 
-/// The four possible sets as a byte whose other 252 values are invalid: the compiler keeps a
-/// queued call's tag in them, which makes a queued call 32 bytes instead of 40.
+/// The four possible sets as a byte whose other 252 values cannot be built, so no code has
+/// to decide what they would mean.
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[repr(u8)]
 enum Bits {
