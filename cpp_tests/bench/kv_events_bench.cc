@@ -1082,7 +1082,8 @@ void memory_phase() {
         "\n"
         "  created: %.1f MB for the thread, socket and context (a publisher of capacity 1), "
         "%.0f bytes per slot\n"
-        "  filled:  %.0f bytes per queued call, of which %zu are key, tenant and group\n"
+        "  filled:  %.0f more bytes per queued call (its %zu bytes of key, tenant and group "
+        "ride in its slot)\n"
         "  -> a full default queue costs %.1f MB; %.0f bytes per queued call besides its strings\n",
         before, created, full, depth, fixed, per_slot, per_call, strings, full - before,
         per_slot + per_call - static_cast<double>(strings));
