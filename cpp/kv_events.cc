@@ -17,8 +17,8 @@
 namespace mooncake::kv_events {
 namespace {
 
-rust::Slice<const uint8_t> bytes(std::string_view s) noexcept {
-  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+const uint8_t* data(std::string_view s) noexcept {
+  return reinterpret_cast<const uint8_t*>(s.data());
 }
 
 // The config strings are Rust Strings: refuse one that is not UTF-8, naming its flag.
@@ -92,16 +92,17 @@ bool Publisher::enabled() const noexcept { return impl_ != nullptr; }
 void Publisher::on_put_commit(std::string_view tenant_id, std::string_view object_key,
                               std::string_view group_id, MediumSet media) noexcept {
   if (!impl_) return;
-  impl_->rust->on_put_commit(bytes(tenant_id), bytes(object_key), bytes(group_id),
-                             media.bits());
+  impl_->rust->on_put_commit(data(tenant_id), tenant_id.size(), data(object_key),
+                             object_key.size(), data(group_id), group_id.size(), media.bits());
 }
 
 void Publisher::on_medium_delta(std::string_view tenant_id, std::string_view object_key,
                                 std::string_view group_id, MediumSet before,
                                 MediumSet after) noexcept {
   if (!impl_) return;
-  impl_->rust->on_medium_delta(bytes(tenant_id), bytes(object_key), bytes(group_id),
-                               before.bits(), after.bits());
+  impl_->rust->on_medium_delta(data(tenant_id), tenant_id.size(), data(object_key),
+                               object_key.size(), data(group_id), group_id.size(), before.bits(),
+                               after.bits());
 }
 
 RemoveAllScan Publisher::begin_remove_all() noexcept {
@@ -112,7 +113,8 @@ RemoveAllScan Publisher::begin_remove_all() noexcept {
 void Publisher::on_remove_all(const RemoveAllScan& scan, std::string_view tenant_id,
                               uint64_t objects_removed, uint64_t objects_skipped) noexcept {
   if (!impl_) return;
-  impl_->rust->on_remove_all(scan.id(), bytes(tenant_id), objects_removed, objects_skipped);
+  impl_->rust->on_remove_all(scan.id(), data(tenant_id), tenant_id.size(), objects_removed,
+                             objects_skipped);
 }
 
 Stats Publisher::stats() const noexcept {

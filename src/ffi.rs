@@ -1,8 +1,10 @@
 //! The C++ face of the publisher: the `cxx` bridge declarations, then thin adapters that turn
 //! its plain types into the crate's own. Nothing here does the work.
 //!
-//! Strings cross as byte slices, never `rust::Str`, so keys that are not UTF-8 reach the wire
-//! unchanged and nothing throws. The calls the master makes under its locks catch any panic
+//! Strings cross as bytes, never `rust::Str`, so keys that are not UTF-8 reach the wire
+//! unchanged and nothing throws. Those of the three calls cross as pointer and length rather
+//! than `rust::Slice`: building a `rust::Slice` is an out-of-line call whose result C++ reads
+//! back through a stalled store-to-load forward, a quarter of the hot path's cost. The calls the master makes under its locks catch any panic
 //! here: a panic that reached C++ would abort the master.
 
 use crate::log::{self, Level};
@@ -67,20 +69,42 @@ mod bridge {
         fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>>;
 
         // Media sets cross as bits: 1 is cpu, 2 is disk.
-        fn on_put_commit(self: &RustPublisher, tenant: &[u8], key: &[u8], group: &[u8], media: u8);
-        fn on_medium_delta(
+
+        /// # Safety
+        /// Each pointer and length is a `std::string_view`'s `data()` and `size()`.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn on_put_commit(
             self: &RustPublisher,
-            tenant: &[u8],
-            key: &[u8],
-            group: &[u8],
+            tenant: *const u8,
+            tenant_len: usize,
+            key: *const u8,
+            key_len: usize,
+            group: *const u8,
+            group_len: usize,
+            media: u8,
+        );
+        /// # Safety
+        /// As `on_put_commit`.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn on_medium_delta(
+            self: &RustPublisher,
+            tenant: *const u8,
+            tenant_len: usize,
+            key: *const u8,
+            key_len: usize,
+            group: *const u8,
+            group_len: usize,
             before: u8,
             after: u8,
         );
         fn begin_remove_all(self: &RustPublisher) -> u64;
-        fn on_remove_all(
+        /// # Safety
+        /// As `on_put_commit`.
+        unsafe fn on_remove_all(
             self: &RustPublisher,
             scan: u64,
-            tenant: &[u8],
+            tenant: *const u8,
+            tenant_len: usize,
             objects_removed: u64,
             objects_skipped: u64,
         );
@@ -154,15 +178,63 @@ fn contained(call: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(call));
 }
 
+/// The bytes of a `std::string_view` passed as `data()` and `size()`.
+///
+/// # Safety
+/// Unless `len` is 0 (when `data` may be null), `data` points to `len` bytes that stay
+/// readable and unchanged for `'a`.
+unsafe fn view<'a>(data: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: as the caller promised; u8 needs no alignment.
+    unsafe { std::slice::from_raw_parts(data, len) }
+}
+
 impl RustPublisher {
-    fn on_put_commit(&self, tenant: &[u8], key: &[u8], group: &[u8], media: u8) {
-        contained(|| {
-            self.0
-                .on_put_commit(tenant, key, group, MediumSet::from_bits(media))
-        });
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn on_put_commit(
+        &self,
+        tenant: *const u8,
+        tenant_len: usize,
+        key: *const u8,
+        key_len: usize,
+        group: *const u8,
+        group_len: usize,
+        media: u8,
+    ) {
+        // SAFETY: the bridge's contract: string_views of the caller, alive during the call.
+        let (tenant, key, group) = unsafe {
+            (
+                view(tenant, tenant_len),
+                view(key, key_len),
+                view(group, group_len),
+            )
+        };
+        let media = MediumSet::from_bits(media);
+        contained(|| self.0.on_put_commit(tenant, key, group, media));
     }
 
-    fn on_medium_delta(&self, tenant: &[u8], key: &[u8], group: &[u8], before: u8, after: u8) {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn on_medium_delta(
+        &self,
+        tenant: *const u8,
+        tenant_len: usize,
+        key: *const u8,
+        key_len: usize,
+        group: *const u8,
+        group_len: usize,
+        before: u8,
+        after: u8,
+    ) {
+        // SAFETY: as in `on_put_commit`.
+        let (tenant, key, group) = unsafe {
+            (
+                view(tenant, tenant_len),
+                view(key, key_len),
+                view(group, group_len),
+            )
+        };
         let (before, after) = (MediumSet::from_bits(before), MediumSet::from_bits(after));
         contained(|| self.0.on_medium_delta(tenant, key, group, before, after));
     }
@@ -171,7 +243,16 @@ impl RustPublisher {
         catch_unwind(AssertUnwindSafe(|| self.0.begin_remove_all().id())).unwrap_or(0)
     }
 
-    fn on_remove_all(&self, scan: u64, tenant: &[u8], objects_removed: u64, objects_skipped: u64) {
+    unsafe fn on_remove_all(
+        &self,
+        scan: u64,
+        tenant: *const u8,
+        tenant_len: usize,
+        objects_removed: u64,
+        objects_skipped: u64,
+    ) {
+        // SAFETY: as in `on_put_commit`.
+        let tenant = unsafe { view(tenant, tenant_len) };
         let scan = RemoveAllScan::from_id(scan);
         contained(|| {
             self.0
