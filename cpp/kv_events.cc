@@ -92,8 +92,10 @@ bool Publisher::enabled() const noexcept { return impl_ != nullptr; }
 void Publisher::on_put_commit(std::string_view tenant_id, std::string_view object_key,
                               std::string_view group_id, MediumSet media) noexcept {
   if (!impl_) return;
-  impl_->rust->on_put_commit(data(tenant_id), tenant_id.size(), data(object_key),
-                             object_key.size(), data(group_id), group_id.size(), media.bits());
+  // A commit is the delta from no medium: stored for every medium in `media`.
+  impl_->rust->on_medium_delta(data(tenant_id), tenant_id.size(), data(object_key),
+                               object_key.size(), data(group_id), group_id.size(),
+                               MediumSet().bits(), media.bits());
 }
 
 void Publisher::on_medium_delta(std::string_view tenant_id, std::string_view object_key,

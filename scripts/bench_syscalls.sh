@@ -7,10 +7,9 @@
 # A count that does not grow with the number of calls is a cost per run, not per call.
 #
 #   warm      2 threads x 125k calls/s in bursts every 200 us, after a warm-up of 70k calls
-#             per thread and a flush (the thread's malloc arena has grown to what a full queue
-#             needs): steady state, the publisher keeps up. The bursts' clock_nanosleep is the
+#             per thread and a flush: steady state, the publisher keeps up. The bursts' clock_nanosleep is the
 #             benchmark's own pacing and is shown apart.
-#   cold      the same without the warm-up: the arena may grow during the loop.
+#   cold      the same without the warm-up.
 #   flat-out  2 threads as fast as they can, no warm-up: the publishing thread, slowed by
 #             strace, falls behind, so this is mostly the full-queue (drop-oldest) path.
 #
@@ -78,9 +77,9 @@ done
 cat <<'EOF'
 
 syscalls: what a producer thread made inside its loop, besides the pacing's clock_nanosleep.
-  mmap/mprotect: glibc creating the thread's malloc arena and growing it 4 KB at a time while
-    queued records (96-byte chunks) pile up: bounded by the queue's capacity (65536 x 96 B is
-    about 1540 pages), none once the arena has grown (warm);
+  mmap/mprotect: glibc growing the thread's malloc arena while queued calls pile up; only
+    calls whose tenant, key and group exceed 104 bytes allocate (the benchmark's 79 bytes
+    ride in the queue slot), and the growth is bounded by the queue's capacity;
   futex: waking the publishing thread (after an idle spell of 20 ms, or when the queue is full);
   sched_yield: crossbeam's backoff when a slot is contended.
 A count that stays put from the shorter run to the 4x longer one is not paid per call.

@@ -70,21 +70,10 @@ mod bridge {
 
         // Media sets cross as bits: 1 is cpu, 2 is disk.
 
+        /// Also `on_put_commit`, as the delta from no medium.
+        ///
         /// # Safety
         /// Each pointer and length is a `std::string_view`'s `data()` and `size()`.
-        #[allow(clippy::too_many_arguments)]
-        unsafe fn on_put_commit(
-            self: &RustPublisher,
-            tenant: *const u8,
-            tenant_len: usize,
-            key: *const u8,
-            key_len: usize,
-            group: *const u8,
-            group_len: usize,
-            media: u8,
-        );
-        /// # Safety
-        /// As `on_put_commit`.
         #[allow(clippy::too_many_arguments)]
         unsafe fn on_medium_delta(
             self: &RustPublisher,
@@ -99,7 +88,7 @@ mod bridge {
         );
         fn begin_remove_all(self: &RustPublisher) -> u64;
         /// # Safety
-        /// As `on_put_commit`.
+        /// As `on_medium_delta`.
         unsafe fn on_remove_all(
             self: &RustPublisher,
             scan: u64,
@@ -193,29 +182,6 @@ unsafe fn view<'a>(data: *const u8, len: usize) -> &'a [u8] {
 
 impl RustPublisher {
     #[allow(clippy::too_many_arguments)]
-    unsafe fn on_put_commit(
-        &self,
-        tenant: *const u8,
-        tenant_len: usize,
-        key: *const u8,
-        key_len: usize,
-        group: *const u8,
-        group_len: usize,
-        media: u8,
-    ) {
-        // SAFETY: the bridge's contract: string_views of the caller, alive during the call.
-        let (tenant, key, group) = unsafe {
-            (
-                view(tenant, tenant_len),
-                view(key, key_len),
-                view(group, group_len),
-            )
-        };
-        let media = MediumSet::from_bits(media);
-        contained(|| self.0.on_put_commit(tenant, key, group, media));
-    }
-
-    #[allow(clippy::too_many_arguments)]
     unsafe fn on_medium_delta(
         &self,
         tenant: *const u8,
@@ -227,7 +193,7 @@ impl RustPublisher {
         before: u8,
         after: u8,
     ) {
-        // SAFETY: as in `on_put_commit`.
+        // SAFETY: the bridge's contract: string_views of the caller, alive during the call.
         let (tenant, key, group) = unsafe {
             (
                 view(tenant, tenant_len),
@@ -251,7 +217,7 @@ impl RustPublisher {
         objects_removed: u64,
         objects_skipped: u64,
     ) {
-        // SAFETY: as in `on_put_commit`.
+        // SAFETY: as in `on_medium_delta`.
         let tenant = unsafe { view(tenant, tenant_len) };
         let scan = RemoveAllScan::from_id(scan);
         contained(|| {
