@@ -381,6 +381,44 @@ fn bytes_that_are_not_utf8_arrive_unchanged_as_bin() {
 }
 
 #[test]
+fn strings_on_either_side_of_what_a_queue_slot_holds_arrive_unchanged() {
+    // A call's strings ride inside its queue record up to 104 bytes in all and in a heap
+    // block beyond; the wire must not tell the two apart.
+    let (publisher, mut sub) = connected(config(""));
+    let calls: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = (0..=24)
+        .map(|i| {
+            let tenant = vec![b't'; i % 5];
+            let group = vec![0xff; i % 3];
+            let key = (0..92 + i).map(|b| (b * 7 + i) as u8).collect();
+            (tenant, key, group)
+        })
+        .collect();
+    for (tenant, key, group) in &calls {
+        publisher.on_medium_delta(tenant, key, group, MediumSet::EMPTY, CPU);
+    }
+    let got = events(&read_events(&publisher, &mut sub, calls.len()));
+    let bytes = |event: &Value, name: &str| match field(event, name) {
+        Some(Value::String(s)) => s.as_bytes().to_vec(),
+        Some(Value::Binary(b)) => b.clone(),
+        other => panic!("{name}: {other:?}"),
+    };
+    for ((tenant, key, group), event) in calls.iter().zip(&got) {
+        assert_eq!(bytes(event, "object_key"), *key);
+        let expected_tenant = if tenant.is_empty() {
+            &b"default"[..]
+        } else {
+            tenant
+        };
+        assert_eq!(bytes(event, "tenant_id"), expected_tenant);
+        if group.is_empty() {
+            assert_eq!(field(event, "group_id"), Some(&Value::Nil));
+        } else {
+            assert_eq!(bytes(event, "group_id"), *group);
+        }
+    }
+}
+
+#[test]
 fn dropping_the_publisher_sends_what_is_queued() {
     let (publisher, mut sub) = connected(config(""));
     for i in 0..1000 {
