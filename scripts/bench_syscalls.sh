@@ -7,8 +7,8 @@
 # A count that does not grow with the number of calls is a cost per run, not per call.
 #
 #   warm      2 threads x 125k calls/s in bursts every 200 us, after a warm-up of 70k calls
-#             per thread and a flush: steady state, the publisher keeps up. The bursts' clock_nanosleep is the
-#             benchmark's own pacing and is shown apart.
+#             per thread and a flush: steady state, the publisher keeps up. The bursts'
+#             clock_nanosleep is the benchmark's own pacing and is shown apart.
 #   cold      the same without the warm-up.
 #   flat-out  2 threads as fast as they can, no warm-up: the publishing thread, slowed by
 #             strace, falls behind, so this is mostly the full-queue (drop-oldest) path.

@@ -2,10 +2,10 @@
 //! its plain types into the crate's own. Nothing here does the work.
 //!
 //! Strings cross as bytes, never `rust::Str`, so keys that are not UTF-8 reach the wire
-//! unchanged and nothing throws. Those of the three calls cross as pointer and length rather
-//! than `rust::Slice`: building a `rust::Slice` is an out-of-line call whose result C++ reads
-//! back through a stalled store-to-load forward, a quarter of the hot path's cost. The calls the master makes under its locks catch any panic
-//! here: a panic that reached C++ would abort the master.
+//! unchanged and nothing throws. The calls' strings cross as pointer and length rather than
+//! `rust::Slice`, whose out-of-line constructor C++ reads back through a stalled
+//! store-to-load forward, once per string per call. The calls the master makes under its
+//! locks catch any panic here: a panic that reached C++ would abort the master.
 
 use crate::log::{self, Level};
 use crate::{Config, CreateError, MediumSet, Publisher, RemoveAllScan};

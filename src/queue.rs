@@ -37,9 +37,10 @@ impl Record {
 ///
 /// A push is one `ArrayQueue` slot claim (a compare-and-swap) plus one load of the sleeping
 /// flag. While calls keep coming the consumer only naps, unseen by producers, so in steady
-/// state a producer makes no system call; it wakes the consumer after an idle spell, or when
-/// the queue is full. Capacity counts records, one per
-/// call, so the events of one call never straddle a drop.
+/// state a producer makes no system call to wake it (only crossbeam's backoff may yield when
+/// producers keep colliding on the tail); it wakes the consumer after an idle spell, or when
+/// the queue is full. Capacity counts records, one per call, so the events of one call never
+/// straddle a drop.
 #[derive(Debug)]
 pub(crate) struct EventQueue {
     records: ArrayQueue<Record>,
