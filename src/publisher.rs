@@ -59,9 +59,21 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     emit_object_key: bool,
     closing: AtomicBool,
+    /// Set once the publishing thread is joined: nothing will take records off the queue.
+    stopped: AtomicBool,
 }
 
 impl Shared {
+    fn new(queue: EventQueue, emit_object_key: bool) -> Shared {
+        Shared {
+            queue,
+            counters: Counters::default(),
+            emit_object_key,
+            closing: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
     pub(crate) fn is_closing(&self) -> bool {
         self.closing.load(SeqCst)
     }
@@ -70,9 +82,31 @@ impl Shared {
     fn push(&self, record: Record) {
         if self.is_closing() {
             Counters::add(&self.counters.dropped_events, record.event_count());
-        } else if let Some(displaced) = self.queue.push(record) {
+            return;
+        }
+        if let Some(displaced) = self.queue.push(record) {
             Counters::add(&self.counters.dropped_events, displaced.event_count());
         }
+        // A call that saw the publisher open but pushed after shutdown's last look would stay
+        // queued, neither sent nor counted. `stopped` is stored before that look and read
+        // after the push (both sequentially consistent, as the queue's claim), so either the
+        // look finds the record or this call sees `stopped`.
+        if self.stopped.load(SeqCst) {
+            self.drop_queued();
+        }
+    }
+
+    /// Counts every queued record's events as dropped and returns how many there were; only
+    /// once the publishing thread is gone.
+    fn drop_queued(&self) -> usize {
+        let mut late = 0;
+        while let Some(record) = self.queue.pop() {
+            late += record.event_count();
+        }
+        if late > 0 {
+            Counters::add(&self.counters.dropped_events, late);
+        }
+        late
     }
 }
 
@@ -126,12 +160,10 @@ impl Publisher {
             .bind(&config.bind_endpoint)
             .map_err(|e| endpoint_error(e.to_string()))?;
 
-        let shared = Arc::new(Shared {
-            queue: EventQueue::new(config.queue_capacity as usize),
-            counters: Counters::default(),
-            emit_object_key: config.emit_object_key,
-            closing: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(
+            EventQueue::new(config.queue_capacity as usize),
+            config.emit_object_key,
+        ));
         let worker = Worker::spawn(
             Arc::clone(&shared),
             socket,
@@ -333,12 +365,9 @@ impl Publisher {
             let _ = worker.join();
         }
         // A call that saw the publisher open may have pushed after the thread's last look.
-        let mut late = 0;
-        while let Some(record) = shared.queue.pop() {
-            late += record.event_count();
-        }
+        shared.stopped.store(true, SeqCst);
+        let late = shared.drop_queued();
         if late > 0 {
-            Counters::add(&shared.counters.dropped_events, late);
             log(
                 Level::Warn,
                 &format!("{late} events arrived during shutdown and were dropped"),
@@ -362,5 +391,39 @@ impl std::fmt::Debug for Publisher {
 impl std::fmt::Debug for Enabled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Enabled").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::ObjectEvents;
+    use crate::media::Medium;
+
+    fn object(key: &str) -> Record {
+        let both = MediumSet::EMPTY.with(Medium::Cpu).with(Medium::Disk);
+        Record::Object(
+            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, both).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_push_that_lands_after_shutdown_drained_the_queue_is_counted_as_dropped() {
+        // The state a caller meets when it passed the closing check, then was descheduled
+        // while shutdown joined the thread and drained: its push must not stay queued.
+        let shared = Shared::new(EventQueue::new(4), true);
+        shared.push(object("before"));
+        shared.stopped.store(true, SeqCst);
+        shared.push(object("late"));
+        assert_eq!(shared.queue.len(), 0);
+        assert_eq!(shared.counters.dropped_events.load(Relaxed), 4);
+    }
+
+    #[test]
+    fn while_running_a_push_stays_queued() {
+        let shared = Shared::new(EventQueue::new(4), true);
+        shared.push(object("k"));
+        assert_eq!(shared.queue.len(), 1);
+        assert_eq!(shared.counters.dropped_events.load(Relaxed), 0);
     }
 }
