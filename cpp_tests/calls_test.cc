@@ -279,7 +279,7 @@ TEST(Shutdown, DestroyingThePublisherSendsWhatIsQueued) {
   const kv::Config config = enabled_config();
   auto publisher = kv::Publisher::create(config);
   Subscriber subscriber(config.bind_endpoint);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // slow joiner, as Session
+  subscriber.wait_joined();
   for (int i = 0; i < 100; ++i) publisher->on_put_commit("t", std::to_string(i), "", kCpu);
   publisher.reset();
   uint64_t events = 0;

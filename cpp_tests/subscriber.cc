@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <stdexcept>
+#include <thread>
 
 namespace kv_events_test {
 
@@ -16,29 +17,67 @@ namespace {
 }  // namespace
 
 Subscriber::Subscriber(const std::string& endpoint)
-    : context_(zmq_ctx_new()), socket_(nullptr) {
+    : context_(zmq_ctx_new()), socket_(nullptr), monitor_(nullptr) {
   if (context_ == nullptr) zmq_fail("zmq_ctx_new");
-  socket_ = zmq_socket(context_, ZMQ_SUB);
-  if (socket_ == nullptr) {
-    zmq_ctx_term(context_);
-    zmq_fail("zmq_socket");
-  }
+  // Each Subscriber has its own context, so one inproc name serves them all.
+  const char* monitor = "inproc://subscriber-monitor";
   const int hwm = 1000000;
   const int linger = 0;
-  if (zmq_setsockopt(socket_, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
-      zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
-      zmq_setsockopt(socket_, ZMQ_SUBSCRIBE, "", 0) != 0 ||
-      zmq_connect(socket_, endpoint.c_str()) != 0) {
+  const char* failed = nullptr;
+  if ((socket_ = zmq_socket(context_, ZMQ_SUB)) == nullptr) {
+    failed = "zmq_socket";
+  } else if (zmq_socket_monitor(socket_, monitor, ZMQ_EVENT_HANDSHAKE_SUCCEEDED) != 0) {
+    failed = "zmq_socket_monitor";
+  } else if ((monitor_ = zmq_socket(context_, ZMQ_PAIR)) == nullptr ||
+             zmq_setsockopt(monitor_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+             zmq_connect(monitor_, monitor) != 0) {
+    failed = "monitor socket";
+  } else if (zmq_setsockopt(socket_, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
+             zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+             zmq_setsockopt(socket_, ZMQ_SUBSCRIBE, "", 0) != 0 ||
+             zmq_connect(socket_, endpoint.c_str()) != 0) {
+    failed = "connect";
+  }
+  if (failed != nullptr) {
     const std::string error = zmq_strerror(zmq_errno());
-    zmq_close(socket_);
+    if (monitor_ != nullptr) zmq_close(monitor_);
+    if (socket_ != nullptr) zmq_close(socket_);
     zmq_ctx_term(context_);
-    throw std::runtime_error("subscriber on " + endpoint + ": " + error);
+    throw std::runtime_error("subscriber on " + endpoint + ": " + failed + ": " + error);
   }
 }
 
 Subscriber::~Subscriber() {
+  if (monitor_ != nullptr) zmq_close(monitor_);
   zmq_close(socket_);
   zmq_ctx_term(context_);
+}
+
+void Subscriber::wait_joined() {
+  if (monitor_ != nullptr) {
+    // A monitor event is two frames: event number and value, then the peer's address.
+    const int timeout_ms = 10000;
+    if (zmq_setsockopt(monitor_, ZMQ_RCVTIMEO, &timeout_ms, sizeof timeout_ms) != 0) {
+      zmq_fail("monitor ZMQ_RCVTIMEO");
+    }
+    int more = 1;
+    while (more) {
+      zmq_msg_t frame;
+      zmq_msg_init(&frame);
+      if (zmq_msg_recv(&frame, monitor_, 0) < 0) {
+        zmq_msg_close(&frame);
+        zmq_fail("no handshake with the publisher within 10 s");
+      }
+      more = zmq_msg_more(&frame);
+      zmq_msg_close(&frame);
+    }
+    zmq_socket_monitor(socket_, nullptr, 0);
+    zmq_close(monitor_);
+    monitor_ = nullptr;
+  }
+  // The subscription follows the handshake to the publisher's I/O thread, which passes it to
+  // the PUB socket: far less than this on any machine that completed the handshake.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }
 
 std::optional<Message> Subscriber::receive(std::chrono::milliseconds timeout) {

@@ -21,6 +21,11 @@ class Subscriber {
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;
 
+  // Returns once the subscription has reached the publisher, so that the next message it
+  // sends is delivered (ZeroMQ's slow joiner). Waits for the connection's handshake (throws
+  // if none within 10 s), then a margin for the subscription to cross to the PUB socket.
+  void wait_joined();
+
   // The next message, or nothing when none arrives within `timeout`.
   std::optional<Message> receive(std::chrono::milliseconds timeout);
 
@@ -30,6 +35,7 @@ class Subscriber {
  private:
   void* context_;
   void* socket_;
+  void* monitor_;  // PAIR receiving the handshake event; null once wait_joined() returned
 };
 
 }  // namespace kv_events_test

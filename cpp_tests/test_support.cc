@@ -6,7 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
-#include <thread>
 
 namespace kv_events_test {
 
@@ -44,10 +43,8 @@ Batch parse(const Message& frames) {
 Session::Session(const kv::Config& config)
     : publisher_(kv::Publisher::create(config)),
       subscriber_(std::make_unique<Subscriber>(config.bind_endpoint)) {
-  // ZeroMQ's slow joiner: the subscription takes a moment to reach the PUB socket, and a
-  // message sent before it arrives is not delivered. Setup, not an assertion: the first
-  // sequence number a test checks makes a miss visible.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Setup, not an assertion: the first sequence number a test checks makes a miss visible.
+  subscriber_->wait_joined();
 }
 
 std::vector<Batch> Session::collect() {
