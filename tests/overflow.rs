@@ -3,8 +3,8 @@
 mod common;
 
 use common::{config, connected, gaps};
-use mooncake_kv_events::watch::field;
-use mooncake_kv_events::{Config, Medium, MediumSet};
+use mooncake_kv_events::watch::{field, Batch};
+use mooncake_kv_events::{Config, Medium, MediumSet, Stats};
 use rmpv::Value;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,8 +12,9 @@ use std::time::Duration;
 const THREADS: u64 = 8;
 const CALLS_PER_THREAD: u64 = 20_000;
 
-#[test]
-fn gaps_seen_by_the_subscriber_sum_to_the_dropped_events() {
+/// Eight threads flood a queue of 16, then one `end` call follows; returns the stats and
+/// every batch the subscriber received, read while the flood ran.
+fn flood() -> (Stats, Vec<Batch>) {
     let (publisher, mut sub) = connected(Config {
         queue_capacity: 16,
         ..config("")
@@ -46,25 +47,45 @@ fn gaps_seen_by_the_subscriber_sum_to_the_dropped_events() {
                 });
             }
         });
-        // Drops after the last message show as the gap before the next one: send one more.
+        // Drops after the last message show as the gap before the next one: send one more,
+        // into an emptied queue, so that it pushes nothing out itself.
+        assert!(publisher.flush(Duration::from_secs(30)));
         publisher.on_put_commit("t", "end", "", MediumSet::from([Medium::Cpu]));
         assert!(publisher.flush(Duration::from_secs(30)));
         reader.join().unwrap()
     });
-    let stats = publisher.stats();
+    (publisher.stats(), batches)
+}
+
+fn received(batches: &[Batch]) -> u64 {
+    batches.iter().map(|b| b.events.len() as u64).sum()
+}
+
+#[test]
+fn gaps_seen_by_the_subscriber_sum_to_the_dropped_events() {
+    // The publisher's drops are the subject. ZeroMQ's own, when the PUB's send buffer for
+    // this subscriber fills because a loaded machine starved an I/O thread, are not: they show
+    // as fewer events received than published, and the flood is then run again.
+    let mut attempts = 0;
+    let (stats, batches) = loop {
+        attempts += 1;
+        let (stats, batches) = flood();
+        if received(&batches) == stats.published_events || attempts == 3 {
+            break (stats, batches);
+        }
+    };
     assert!(
         stats.dropped_events > 0,
         "a queue of 16 must overflow under this flood"
     );
     let offered = THREADS * CALLS_PER_THREAD * 2 + 1;
     assert_eq!(stats.published_events + stats.dropped_events, offered);
-    let received: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
     assert_eq!(
         gaps(&batches),
         stats.dropped_events,
         "gaps are exactly the dropped events"
     );
-    assert_eq!(received, stats.published_events);
+    assert_eq!(received(&batches), stats.published_events);
     let events: Vec<Value> = batches.into_iter().flat_map(|b| b.events).collect();
 
     let mut last_call: HashMap<u64, i64> = HashMap::new();
