@@ -272,8 +272,9 @@ fn tail_across_a_restart(endpoint: &str, options: &[&str], media: MediumSet) -> 
     drop(first);
 
     let second = publisher(endpoint);
-    // Setup: the subscriber reconnects to the new socket on its own.
-    std::thread::sleep(Duration::from_millis(1000));
+    // Setup: the subscriber reconnects to the new socket on its own (ZeroMQ retries every
+    // 100 ms).
+    std::thread::sleep(Duration::from_millis(2000));
     second.on_put_commit("", "after-restart", "", media);
     assert!(second.flush(Duration::from_secs(10)), "flush");
     tail
@@ -359,7 +360,7 @@ fn tail_filters_hide_no_restart() {
     let endpoint = Endpoint::new();
     let tail = tail_across_a_restart(
         &endpoint,
-        &["--tenant", "nobody", "--idle-timeout", "2"],
+        &["--tenant", "nobody", "--idle-timeout", "5"],
         BOTH,
     );
 

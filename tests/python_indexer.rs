@@ -5,9 +5,9 @@
 //! `tests/python/test_indexer.py`.
 
 use serde_json::Value;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Duration;
 
 /// Debian's interpreter, whose packages the example needs: not whatever `python3` is first
 /// in PATH.
@@ -79,7 +79,7 @@ fn python_indexer_ends_with_the_index_the_demo_expects() {
 
     // The indexer connects first; ZeroMQ retries until the demo binds. It stops after
     // 5 silent seconds, once the demo is done.
-    let indexer = python()
+    let mut indexer = python()
         .arg(repo("examples/python/indexer.py"))
         .arg(&endpoint)
         .args(["--idle-timeout", "5", "--dump"])
@@ -88,16 +88,31 @@ fn python_indexer_ends_with_the_index_the_demo_expects() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the indexer starts");
-    // Setup, not an assertion: time for the interpreter to start and connect. The demo's
+    // Setup, not an assertion: the indexer's first line says it has connected. The demo's
     // --wait then lets the subscription reach its PUB socket before the workload.
-    std::thread::sleep(Duration::from_secs(1));
+    let mut stderr = BufReader::new(indexer.stderr.take().expect("stderr is piped"));
+    let mut first_line = String::new();
+    stderr
+        .read_line(&mut first_line)
+        .expect("the indexer's stderr");
+    let rest_of_stderr = std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        stderr.read_to_end(&mut rest).map(|_| rest)
+    });
     let demo = Command::new(env!("CARGO_BIN_EXE_kv-events"))
         .args(["demo", "--endpoint", &endpoint, "--objects", "300"])
         .args(["--wait", "1", "--dump-index"])
         .arg(&expected)
         .output()
         .expect("kv-events runs");
-    let indexer = indexer.wait_with_output().expect("the indexer exits");
+    let mut indexer = indexer.wait_with_output().expect("the indexer exits");
+    indexer.stderr = first_line.into_bytes();
+    indexer.stderr.extend(
+        rest_of_stderr
+            .join()
+            .unwrap()
+            .expect("the indexer's stderr"),
+    );
     assert!(demo.status.success(), "{}", explain("demo", &demo));
     assert!(indexer.status.success(), "{}", explain("indexer", &indexer));
 

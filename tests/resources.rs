@@ -24,6 +24,32 @@ fn threads() -> usize {
         .count()
 }
 
+/// `threads()` once it equals `expected`, or after 5 s: `pthread_join` returns before the
+/// kernel takes a joined thread out of /proc, so a count right after a join may be one high.
+fn threads_settled_to(expected: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let n = threads();
+        if n == expected || Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// `threads()` once two reads 20 ms apart agree: threads joined just before have left.
+fn threads_steady() -> usize {
+    let mut last = threads();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let n = threads();
+        if n == last {
+            return n;
+        }
+        last = n;
+    }
+}
+
 fn open_files() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -77,7 +103,7 @@ fn a_flood_keeps_memory_bounded_by_the_capacity() {
 #[test]
 fn shutdown_under_flood_and_stall_returns_within_its_linger_and_accounts_for_everything() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let threads_before = threads();
+    let threads_before = threads_steady();
     let (publisher, endpoint) = publish(Config {
         queue_capacity: 1024,
         ..config("")
@@ -120,7 +146,11 @@ fn shutdown_under_flood_and_stall_returns_within_its_linger_and_accounts_for_eve
     drop(publisher);
     drop(stalled);
     drop(context);
-    assert_eq!(threads(), threads_before, "no thread is left behind");
+    assert_eq!(
+        threads_settled_to(threads_before),
+        threads_before,
+        "no thread is left behind"
+    );
 }
 
 #[test]
@@ -137,10 +167,10 @@ fn failed_creation_leaks_neither_threads_nor_files() {
     for endpoint in bad {
         assert!(Publisher::create(&config(endpoint)).is_err());
     }
-    let (threads_before, files_before) = (threads(), open_files());
+    let (threads_before, files_before) = (threads_steady(), open_files());
     for i in 0..1000 {
         assert!(Publisher::create(&config(bad[i % bad.len()])).is_err());
     }
-    assert_eq!(threads(), threads_before);
+    assert_eq!(threads_settled_to(threads_before), threads_before);
     assert_eq!(open_files(), files_before);
 }

@@ -91,6 +91,7 @@ def main():
     socket.setsockopt(zmq.RCVHWM, 1_000_000)
     socket.setsockopt(zmq.SUBSCRIBE, b"")
     socket.connect(args.endpoint)
+    print(f"subscribed to {args.endpoint}", file=sys.stderr, flush=True)
     index = Index()
     timeout = None if args.idle_timeout is None else int(args.idle_timeout * 1000)
     while socket.poll(timeout):
