@@ -44,8 +44,7 @@ void fill_ctype_caches() {
 
 Master::Master(kv::Publisher& publisher, Options options)
     : publisher_(publisher), options_(std::move(options)) {
-  static const bool ctype_caches_filled = (fill_ctype_caches(), true);
-  (void)ctype_caches_filled;
+  fill_ctype_caches();  // once filled, a cache is only read: calling again is harmless
   const size_t n = std::max<size_t>(options_.shards, 1);
   for (size_t i = 0; i < n; ++i) shards_.push_back(std::make_unique<Shard>());
 }
