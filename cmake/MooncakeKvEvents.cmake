@@ -11,18 +11,34 @@
 #
 #   OFF (default)  a small static C++ stub, cpp/kv_events_stub.cc: every call does nothing.
 #                  Needs no Rust toolchain and no ZeroMQ.
-#   ON             libmooncake_kv_events.so: the Rust crate, built by cargo as a static
-#                  archive (--release --locked, into the crate's own target/ directory, the
-#                  one a plain `cargo test` uses), wrapped by cpp/kv_events.cc. It links the
-#                  system libzmq (Debian: libzmq3-dev, found with pkg-config) and exports the
-#                  public API only: hidden visibility, and --exclude-libs,ALL for the archive.
-#                  Needs cargo.
+#   ON             libmooncake_kv_events.so.0 (SONAME; the file carries the crate's version):
+#                  the Rust crate, built by cargo as a static archive (--release --locked,
+#                  into KV_EVENTS_CARGO_TARGET_DIR, under the build tree unless set), wrapped
+#                  by cpp/kv_events.cc. It links the system libzmq (Debian: libzmq3-dev, found
+#                  with pkg-config) and exports the public API only: hidden visibility, and
+#                  --exclude-libs,ALL for the archive. Needs cargo.
+#
+# Configuring and building never write into this directory: cargo's target directory is in
+# the build tree, and Cargo.lock is only read (--locked).
+#
+# Installing (KV_EVENTS_INSTALL, ON by default): `cmake --install` puts the header under
+# include/ and, in the ON build, the library and its SONAME link under CMAKE_INSTALL_LIBDIR.
+# An installed master finds the library through its RUNPATH: one more line,
+#
+#   kv_events_install_rpath(master)
+#
+# gives it $ORIGIN/../<libdir> and $ORIGIN (a master in bin/, or beside the library).
 
 include_guard(GLOBAL)
 
 option(ENABLE_KV_EVENTS
        "Publish KV events (Rust publisher on ZeroMQ); OFF builds a stub whose calls do nothing"
        OFF)
+option(KV_EVENTS_INSTALL "Install the KV event publisher's header and library" ON)
+set(KV_EVENTS_CARGO_TARGET_DIR "${CMAKE_BINARY_DIR}/mooncake-kv-events/cargo" CACHE PATH
+    "cargo's target directory for the ON build; give the crate's target/ to share it with cargo test")
+
+include(GNUInstallDirs)
 
 # The crate's root, fixed when the module is included (functions see the caller's list dir).
 get_filename_component(_KV_EVENTS_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
@@ -84,8 +100,7 @@ function(_kv_events_add_cargo_build)
   endif()
 
   set(root "${_KV_EVENTS_ROOT}")
-  # The crate's own target directory: a plain `cargo test` shares it, so nothing builds twice.
-  set(target_dir "${root}/target")
+  set(target_dir "${KV_EVENTS_CARGO_TARGET_DIR}")
   set(archive "${target_dir}/release/libmooncake_kv_events.a")
   set(include_dir "${target_dir}/cxxbridge")
   file(MAKE_DIRECTORY "${include_dir}")
@@ -100,7 +115,7 @@ function(_kv_events_add_cargo_build)
   list(TRANSFORM inputs PREPEND "${root}/")
 
   # CC, CXX and CFLAGS are left as they are: cc-rs reruns build scripts when they change, so
-  # cargo must see the same environment as a plain `cargo test`.
+  # a target directory shared with a plain `cargo test` must see the same environment.
   add_custom_command(
     OUTPUT "${archive}"
     BYPRODUCTS
@@ -145,6 +160,9 @@ function(_kv_events_add_shared target)
 
   add_library(${target} SHARED "${_KV_EVENTS_ROOT}/cpp/kv_events.cc")
   _kv_events_common(${target})
+  # The ABI's major version is the SONAME's: 0 until the header's API is declared stable.
+  _kv_events_crate_version(version)
+  set_target_properties(${target} PROPERTIES VERSION "${version}" SOVERSION 0)
   add_dependencies(${target} _kv_events_cargo)
   # The generated bridge header includes cpp/log_sink.h relative to the crate root.
   target_include_directories(${target} PRIVATE "${bridge_include_dir}" "${_KV_EVENTS_ROOT}")
@@ -163,8 +181,48 @@ function(_kv_events_add_shared target)
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${version_script}")
 endfunction()
 
+# _kv_events_crate_version(<var>)
+# Sets <var> to the version in Cargo.toml: one number for the crate and the library file.
+function(_kv_events_crate_version var)
+  set(manifest "${_KV_EVENTS_ROOT}/Cargo.toml")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${manifest}")
+  file(STRINGS "${manifest}" line REGEX "^version = \"[0-9.]+\"$" LIMIT_COUNT 1)
+  if(NOT line MATCHES "\"([0-9.]+)\"")
+    message(FATAL_ERROR "${manifest} has no line `version = \"X.Y.Z\"`")
+  endif()
+  set(${var} "${CMAKE_MATCH_1}" PARENT_SCOPE)
+endfunction()
+
+# _kv_events_install(<target>)
+# The header in both variants; the shared library (and its SONAME link) in the ON build. The
+# OFF stub is linked into the master itself, so nothing of it is needed at run time.
+function(_kv_events_install target)
+  install(FILES "${_KV_EVENTS_ROOT}/include/mooncake/kv_events.h"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/mooncake")
+  if(ENABLE_KV_EVENTS)
+    install(TARGETS ${target} LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+  endif()
+endfunction()
+
+# kv_events_install_rpath(<target>...)
+# Makes each installed <target> find libmooncake_kv_events.so.0 without LD_LIBRARY_PATH: its
+# INSTALL_RPATH gains $ORIGIN/../<libdir> (a master installed in bin/) and $ORIGIN (a master
+# shipped beside the library, as in a Python wheel). Nothing to do in the OFF build.
+function(kv_events_install_rpath)
+  if(NOT ENABLE_KV_EVENTS)
+    return()
+  endif()
+  foreach(target IN LISTS ARGN)
+    set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH
+                 "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" "$ORIGIN")
+  endforeach()
+endfunction()
+
 if(ENABLE_KV_EVENTS)
   _kv_events_add_shared(mooncake_kv_events)
 else()
   _kv_events_add_stub(mooncake_kv_events)
+endif()
+if(KV_EVENTS_INSTALL)
+  _kv_events_install(mooncake_kv_events)
 endif()

@@ -1,19 +1,48 @@
 // The ENABLE_KV_EVENTS=OFF side of include/mooncake/kv_events.h: the same API with no Rust
 // and no ZeroMQ behind it. Every publisher is disabled: every call does nothing, enabled() is
 // false, stats() is zeros and status_json() says events were not built in. create() accepts
-// any config, an enabled one included, so a master built without events starts as usual.
+// any config, an enabled one included, so a master built without events starts as usual; an
+// enabled one makes it say so once, as a warning, so the operator who asked for events learns
+// that this build has none.
 
 #include "mooncake/kv_events.h"
 
+#include <iostream>
+#include <mutex>
 #include <utility>
 
 #include "status_json.h"
 
 namespace mooncake::kv_events {
 
+namespace {
+
+std::mutex sink_mutex;
+std::function<void(LogLevel, std::string_view)> sink;  // guarded by sink_mutex; empty: stderr
+
+void warn(std::string_view line) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(sink_mutex);
+    if (sink) {
+      sink(LogLevel::kWarning, line);
+    } else {
+      std::cerr << line << std::endl;
+    }
+  } catch (...) {
+  }
+}
+
+}  // namespace
+
 struct Publisher::Impl {};
 
-std::unique_ptr<Publisher> Publisher::create(const Config& /*config*/) {
+std::unique_ptr<Publisher> Publisher::create(const Config& config) {
+  if (config.enable_kv_events) {
+    warn(
+        "kv events: enable_kv_events is true, but this master was built with "
+        "ENABLE_KV_EVENTS=OFF: no events will be published (rebuild with "
+        "-DENABLE_KV_EVENTS=ON to publish them)");
+  }
   return std::unique_ptr<Publisher>(new Publisher(nullptr));
 }
 
@@ -44,7 +73,10 @@ std::string Publisher::metrics_text() const { return detail::metrics_text_disabl
 
 bool Publisher::flush(std::chrono::milliseconds) noexcept { return true; }
 
-void set_log_sink(std::function<void(LogLevel, std::string_view)>) {}
+void set_log_sink(std::function<void(LogLevel, std::string_view)> new_sink) {
+  std::lock_guard<std::mutex> lock(sink_mutex);
+  sink = std::move(new_sink);
+}
 
 void Publisher::shutdown() noexcept {}
 

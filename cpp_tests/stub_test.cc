@@ -5,6 +5,9 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "mooncake/kv_events.h"
 
@@ -61,14 +64,29 @@ TEST(Stub, StatusJsonSaysEventsWereNotBuiltIn) {
 
 namespace {
 
-TEST(Stub, MetricsSayDisabledAndALogSinkIsAccepted) {
+TEST(Stub, MetricsSayDisabled) {
   const auto publisher = kv::Publisher::create(enabled_config());
   EXPECT_NE(publisher->metrics_text().find("\nmooncake_kv_events_enabled 0\n"), std::string::npos);
-  bool called = false;
-  kv::set_log_sink([&called](kv::LogLevel, std::string_view) { called = true; });
-  kv::Publisher::create(enabled_config());
+}
+
+// An operator who turned events on in a master built without them learns it from the log,
+// once per publisher created; a master that did not ask hears nothing.
+TEST(Stub, AnEnabledConfigIsReportedOnceAsAWarning) {
+  std::vector<std::pair<kv::LogLevel, std::string>> lines;
+  kv::set_log_sink([&lines](kv::LogLevel level, std::string_view line) {
+    lines.emplace_back(level, std::string(line));
+  });
+  kv::Publisher::create(kv::Config{});
+  EXPECT_TRUE(lines.empty()) << "a disabled config is not worth a line";
+
+  const auto publisher = kv::Publisher::create(enabled_config());
+  publisher->on_put_commit("t", "k", "g", {Medium::kCpu});
+  publisher->shutdown();
   kv::set_log_sink(nullptr);
-  EXPECT_FALSE(called) << "the stub has nothing to log";
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].first, kv::LogLevel::kWarning);
+  EXPECT_NE(lines[0].second.find("enable_kv_events"), std::string::npos) << lines[0].second;
+  EXPECT_NE(lines[0].second.find("ENABLE_KV_EVENTS=OFF"), std::string::npos) << lines[0].second;
 }
 
 }  // namespace

@@ -40,21 +40,20 @@ Batch parse(const Message& frames) {
   return batch;
 }
 
-Session::Session(const kv::Config& config)
-    : publisher_(kv::Publisher::create(config)),
-      subscriber_(std::make_unique<Subscriber>(config.bind_endpoint)) {
+StreamReader::StreamReader(kv::Publisher& publisher, const std::string& endpoint)
+    : publisher_(publisher), subscriber_(endpoint) {
   // Setup, not an assertion: the first sequence number a test checks makes a miss visible.
-  subscriber_->wait_joined();
+  subscriber_.wait_joined();
 }
 
-std::vector<Batch> Session::collect() {
-  if (!publisher_->flush(std::chrono::seconds(10))) {
+std::vector<Batch> StreamReader::collect() {
+  if (!publisher_.flush(std::chrono::seconds(10))) {
     throw std::runtime_error("flush() did not complete");
   }
-  const uint64_t sent = publisher_->stats().published_batches;
+  const uint64_t sent = publisher_.stats().published_batches;
   std::vector<Batch> batches;
   while (received_batches_ < sent) {
-    auto message = subscriber_->receive(std::chrono::seconds(10));
+    auto message = subscriber_.receive(std::chrono::seconds(10));
     if (!message) {
       throw std::runtime_error("message " + std::to_string(received_batches_ + 1) + " of " +
                                std::to_string(sent) + " never arrived");
@@ -65,7 +64,11 @@ std::vector<Batch> Session::collect() {
   return batches;
 }
 
-std::vector<Value> Session::collect_events() { return events_of(collect()); }
+std::vector<Value> StreamReader::collect_events() { return events_of(collect()); }
+
+Session::Session(const kv::Config& config)
+    : publisher_(kv::Publisher::create(config)),
+      reader_(std::make_unique<StreamReader>(*publisher_, config.bind_endpoint)) {}
 
 std::vector<Value> events_of(const std::vector<Batch>& batches) {
   std::vector<Value> events;

@@ -35,14 +35,15 @@ struct Batch {
 // sequence and a payload [uint, array, uint].
 Batch parse(const Message& frames);
 
-// A publisher and a subscriber that has joined it, so that its first message is received.
-class Session {
+// A subscriber joined to a publisher that someone else owns (a master), reading exactly what
+// the publisher has sent.
+class StreamReader {
  public:
-  // Creates the publisher from `config` (its endpoint is used as given).
-  explicit Session(const kv::Config& config = enabled_config());
+  // Connects to `endpoint`, where `publisher` is bound, and waits until the subscription has
+  // reached it, so that its next message is received. `publisher` must outlive the reader.
+  StreamReader(kv::Publisher& publisher, const std::string& endpoint);
 
-  kv::Publisher& publisher() { return *publisher_; }
-  Subscriber& subscriber() { return *subscriber_; }
+  Subscriber& subscriber() { return subscriber_; }
 
   // Flushes the publisher, then receives exactly the messages it has sent since the last
   // collect(): no timing decides where the stream ends. Throws when flush() fails or a
@@ -52,9 +53,27 @@ class Session {
   std::vector<Value> collect_events();
 
  private:
-  std::unique_ptr<kv::Publisher> publisher_;
-  std::unique_ptr<Subscriber> subscriber_;
+  kv::Publisher& publisher_;
+  Subscriber subscriber_;
   uint64_t received_batches_ = 0;
+};
+
+// A publisher and a subscriber that has joined it, so that its first message is received.
+class Session {
+ public:
+  // Creates the publisher from `config` (its endpoint is used as given).
+  explicit Session(const kv::Config& config = enabled_config());
+
+  kv::Publisher& publisher() { return *publisher_; }
+  Subscriber& subscriber() { return reader_->subscriber(); }
+
+  // StreamReader::collect() and collect_events() of the session's publisher.
+  std::vector<Batch> collect() { return reader_->collect(); }
+  std::vector<Value> collect_events() { return reader_->collect_events(); }
+
+ private:
+  std::unique_ptr<kv::Publisher> publisher_;
+  std::unique_ptr<StreamReader> reader_;
 };
 
 // The events of `batches`, in stream order.

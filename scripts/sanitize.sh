@@ -29,7 +29,7 @@ timed() {  # timed <label> <command>...: runs it and records how long it took
 build() {
   local dir=$1
   shift
-  cmake -S cpp_tests -B "$dir" -G Ninja "$@"
+  cmake -S cpp_tests -B "$dir" -G Ninja -DKV_EVENTS_CARGO_TARGET_DIR="$PWD/target" "$@"
   cmake --build "$dir"
 }
 

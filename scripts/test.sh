@@ -5,10 +5,12 @@ cd "$(dirname "$0")/.."
 cargo test --locked
 
 # The C++ face, as a master consumes it: the same suites against the Rust library (ON) and
-# against the stub (OFF). ON's cargo build shares the crate's target/ with the line above.
+# against the stub (OFF). ON's cargo build shares the crate's target/ with the line above
+# (KV_EVENTS_CARGO_TARGET_DIR; by default it would go under the build tree).
 for variant in ON OFF; do
   dir="build/${variant,,}"
-  cmake -S cpp_tests -B "$dir" -G Ninja -DENABLE_KV_EVENTS="$variant" -DCMAKE_BUILD_TYPE=Release
+  cmake -S cpp_tests -B "$dir" -G Ninja -DENABLE_KV_EVENTS="$variant" -DCMAKE_BUILD_TYPE=Release \
+    -DKV_EVENTS_CARGO_TARGET_DIR="$PWD/target"
   cmake --build "$dir"
 done
 for variant in on off; do

@@ -147,7 +147,8 @@ enum class LogLevel : uint8_t { kDebug, kInfo, kWarning, kError };
 // Installs `sink` for every publisher in the process, replacing any earlier one. It is called
 // from the master's threads and from the publishing thread, so it must be thread-safe; it
 // should not block, and what it throws is swallowed. An empty function restores the default:
-// warnings and errors on stderr, nothing else. The stub build has nothing to log.
+// warnings and errors on stderr, nothing else. The stub build logs one line: a warning from
+// create() when given an enabled config, since that build publishes nothing.
 // Mooncake's master forwards to glog:
 //   set_log_sink([](LogLevel level, std::string_view line) {
 //     LOG_IF(INFO, level <= LogLevel::kInfo) << line;
