@@ -1,4 +1,4 @@
-// SPEC section 3's table, row by row, from a master wired as the README says: the reference
+// SPEC section 3's table, row by row, from a master wired as docs/wiring.md says: the reference
 // model in master_model/ makes each master operation, and each test reads the real stream
 // and compares it with the exact events the table prescribes.
 

@@ -8,7 +8,7 @@
 # build (the test executables, their support libraries and mooncake_kv_events itself: the C++
 # layer of the ON library, or the OFF stub) is compiled with it and, when linked, linked with it.
 # The cargo-built Rust archive inside the ON library is not instrumented: that needs a nightly
-# toolchain (-Zsanitizer) and a rebuilt std. The README says what each run therefore covers.
+# toolchain (-Zsanitizer) and a rebuilt std. docs/testing.md says what each run therefore covers.
 #
 # The flags are added when the directory has been read (cmake_language(DEFER)), so targets
 # added anywhere in cpp_tests are covered without each one asking for it; the module

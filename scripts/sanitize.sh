@@ -9,7 +9,7 @@
 #
 # Usage: scripts/sanitize.sh [asan] [tsan] [valgrind]     (no argument: all three)
 # The tests and the library's C++ layer are instrumented; the cargo-built Rust archive is not
-# (stable toolchain): see the README, "Faults, sanitizers and what a gap means".
+# (stable toolchain): see docs/testing.md, "Sanitizers and valgrind".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

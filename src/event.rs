@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn a_queued_call_with_a_64_byte_key_fits_in_its_record() {
-        // The README's memory figures count on it.
+        // The memory figures of docs/performance.md count on it.
         assert_eq!(std::mem::size_of::<ObjectEvents>(), 128);
         let o = ObjectEvents::new(
             &[b'x'; 20],

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 /// its events stay contiguous in the stream and keep the calling thread's order. They never
 /// wait: when the queue is full the oldest call's events are dropped, counted, and show as a
 /// sequence gap. They make no system call unless the publishing thread sleeps, or callers
-/// collide on the queue's tail often enough that crossbeam's backoff yields (rare: README,
-/// Performance).
+/// collide on the queue's tail often enough that crossbeam's backoff yields (rare:
+/// docs/performance.md).
 ///
 /// Dropping the publisher sends what is queued within a bounded linger and joins the thread.
 ///

@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn a_queued_call_is_128_bytes() {
-        // The memory budget of a queued event (README, Performance) counts on it.
+        // The memory budget of a queued event (docs/performance.md) counts on it.
         assert_eq!(std::mem::size_of::<Record>(), 128);
     }
 

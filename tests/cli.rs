@@ -449,24 +449,51 @@ fn tail_stops_after_its_idle_timeout() {
 }
 
 #[test]
-fn tail_with_bad_arguments_exits_2_with_the_usage() {
-    for args in [
-        &["tail"][..],
-        &["tail", "ipc:///tmp/a", "ipc:///tmp/b"],
-        &["tail", "ipc:///tmp/a", "--count"],
-        &["tail", "ipc:///tmp/a", "--count", "many"],
-        &["tail", "ipc:///tmp/a", "--idle-timeout", "soon"],
-        &["tail", "ipc:///tmp/a", "--follow"],
-        &["tail", "ipc:///tmp/a", "--type", "stored,bogus"],
-        &["tail", "ipc:///tmp/a", "--stats=1"],
-        &["tail", "ipc:///tmp/a", "--tenant"],
-        &[],
-        &["watch"],
+fn bad_command_lines_exit_2_with_the_usage_on_stderr() {
+    for (args, usage) in [
+        (&["tail"][..], "Usage: kv-events tail "),
+        (
+            &["tail", "ipc:///tmp/a", "ipc:///tmp/b"],
+            "Usage: kv-events tail ",
+        ),
+        (
+            &["tail", "ipc:///tmp/a", "--count"],
+            "Usage: kv-events tail ",
+        ),
+        (
+            &["tail", "ipc:///tmp/a", "--count", "many"],
+            "Usage: kv-events tail ",
+        ),
+        (
+            &["tail", "ipc:///tmp/a", "--idle-timeout", "soon"],
+            "Usage: kv-events tail ",
+        ),
+        (
+            &["tail", "ipc:///tmp/a", "--follow"],
+            "Usage: kv-events tail ",
+        ),
+        (
+            &["tail", "ipc:///tmp/a", "--type", "stored,bogus"],
+            "Usage: kv-events tail ",
+        ),
+        (
+            &["tail", "ipc:///tmp/a", "--stats=1"],
+            "Usage: kv-events tail ",
+        ),
+        (
+            &["tail", "ipc:///tmp/a", "--tenant"],
+            "Usage: kv-events tail ",
+        ),
+        (&["demo", "--objects", "0"], "Usage: kv-events demo "),
+        (&["demo", "--show=some"], "Usage: kv-events demo "),
+        (&["completions", "tcsh"], "Usage: kv-events completions "),
+        (&[], "Usage: kv-events <COMMAND>"),
+        (&["watch"], "Usage: kv-events <COMMAND>"),
     ] {
         let output = kv_events().args(args).output().expect("kv-events runs");
         let stderr = text(&output.stderr);
         assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("Usage:"), "{args:?}: {stderr}");
+        assert!(stderr.contains(usage), "{args:?}: {stderr}");
         assert!(output.stdout.is_empty(), "{args:?}");
     }
 }
@@ -486,29 +513,152 @@ fn tail_exits_1_when_it_cannot_connect() {
 }
 
 #[test]
-fn help_prints_the_usage_with_examples() {
-    for args in [["--help"], ["-h"]] {
-        let output = kv_events().args(args).output().expect("kv-events runs");
+fn help_lists_the_commands_exit_statuses_and_examples() {
+    for flag in ["--help", "-h"] {
+        let output = kv_events().arg(flag).output().expect("kv-events runs");
         let stdout = text(&output.stdout);
-        assert!(output.status.success());
+        assert!(output.status.success(), "{flag}");
         for part in [
-            "Usage:",
-            "kv-events tail ENDPOINT",
-            "--tenant T",
-            "--type TYPES",
-            "--key-prefix P",
-            "--stats",
-            "--dump-index FILE",
+            "Usage: kv-events <COMMAND>",
+            "\n  tail ",
+            "\n  demo ",
+            "\n  completions ",
+            "--version",
             "Exit status:\n  0  ",
             "\n  1  runtime error",
             "\n  2  usage error",
-            "Examples:",
-            "kv-events demo",
-            "--type stored,removed",
-            "--key-prefix llama/",
-            "--stats",
+            "Examples:\n  kv-events demo\n",
+            "kv-events tail tcp://master-0:5557 --tenant tenant-a --type stored,removed",
+            "kv-events completions bash",
         ] {
-            assert!(stdout.contains(part), "{part}: {stdout}");
+            assert!(stdout.contains(part), "{flag}: {part}: {stdout}");
+        }
+    }
+}
+
+#[test]
+fn each_command_has_its_options_and_examples_in_its_help() {
+    for (command, parts) in [
+        (
+            "tail",
+            &[
+                "Usage: kv-events tail [OPTIONS] <ENDPOINT>",
+                "--count <N>",
+                "--idle-timeout <SECS>",
+                "--tenant <T>",
+                "--type <TYPES>",
+                "--key-prefix <P>",
+                "--stats",
+                "Examples:",
+                "--key-prefix llama/",
+            ][..],
+        ),
+        (
+            "demo",
+            &[
+                "Usage: kv-events demo [OPTIONS]",
+                "--endpoint <E>",
+                "--objects <N>",
+                "--show <N|all>",
+                "--wait <SECS>",
+                "--dump-index <FILE>",
+                "Examples:",
+                "kv-events demo --wait 10",
+            ],
+        ),
+    ] {
+        for help in [
+            &[command, "--help"][..],
+            &[command, "-h"],
+            &["help", command],
+        ] {
+            let output = kv_events().args(help).output().expect("kv-events runs");
+            let stdout = text(&output.stdout);
+            assert!(output.status.success(), "{help:?}");
+            for part in parts {
+                assert!(stdout.contains(part), "{help:?}: {part}: {stdout}");
+            }
+        }
+    }
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let output = kv_events()
+        .arg("--version")
+        .output()
+        .expect("kv-events runs");
+    assert!(output.status.success());
+    assert_eq!(
+        text(&output.stdout),
+        concat!("kv-events ", env!("CARGO_PKG_VERSION"), "\n")
+    );
+}
+
+/// What bash's completion offers for the last of `words`, with the script that
+/// `kv-events completions bash` prints loaded.
+fn bash_completes(words: &[&str]) -> Vec<String> {
+    let output = kv_events()
+        .args(["completions", "bash"])
+        .output()
+        .expect("kv-events runs");
+    assert!(output.status.success());
+    let script = std::env::temp_dir().join(format!(
+        "kv-events-completion-{}-{}.bash",
+        std::process::id(),
+        words.join("_").replace('/', "")
+    ));
+    std::fs::write(&script, &output.stdout).expect("the script is written");
+    // Bash calls a completion function with the command, the word being completed and the
+    // word before it, and reads COMPREPLY.
+    let call = format!(
+        "source {script:?}; COMP_WORDS=({words}); COMP_CWORD={last}; \
+         _kv__events kv-events \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; \
+         printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+        words = words
+            .iter()
+            .map(|w| format!("'{w}'"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        last = words.len() - 1,
+    );
+    let output = Command::new("bash")
+        .args(["-c", &call])
+        .output()
+        .expect("bash runs");
+    let _ = std::fs::remove_file(&script);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    text(&output.stdout).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn bash_completes_commands_options_and_values() {
+    assert_eq!(bash_completes(&["kv-events", "de"]), ["demo"]);
+    assert_eq!(
+        bash_completes(&["kv-events", "tail", "ipc:///x", "--idle"]),
+        ["--idle-timeout"]
+    );
+    assert_eq!(
+        bash_completes(&["kv-events", "tail", "ipc:///x", "--type", ""]),
+        ["stored", "removed", "cleared"]
+    );
+    assert_eq!(
+        bash_completes(&["kv-events", "demo", "--dump"]),
+        ["--dump-index"]
+    );
+}
+
+#[test]
+fn zsh_and_fish_completions_name_every_command_and_option() {
+    for shell in ["zsh", "fish"] {
+        let output = kv_events()
+            .args(["completions", shell])
+            .output()
+            .expect("kv-events runs");
+        let script = text(&output.stdout);
+        assert!(output.status.success(), "{shell}");
+        for word in ["tail", "demo", "idle-timeout", "key-prefix", "dump-index"] {
+            assert!(script.contains(word), "{shell}: {word}");
         }
     }
 }

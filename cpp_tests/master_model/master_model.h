@@ -1,5 +1,5 @@
 // A small reference model of Mooncake's metadata master, wired to a kv_events::Publisher the
-// way the README's "Wiring into the master" says. Test code, not part of the library: the
+// way docs/wiring.md ("Which call goes where") says. Test code, not part of the library: the
 // suites drive it and compare the stream it makes with SPEC section 3's table.
 //
 // What it keeps: objects keyed by (tenant, key), each with a group id and replicas of the

@@ -16,30 +16,14 @@ mod tail;
 #[path = "kv_events/view.rs"]
 mod view;
 
-use args::{Command, DETAILS, SYNOPSIS};
-use std::io::Write as _;
+use args::Command;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let command = match args::parse(std::env::args_os().skip(1)) {
-        Ok(command) => command,
-        Err(args::UsageError(why)) => {
-            eprintln!("kv-events: {why}\n\n{SYNOPSIS}\nRun kv-events --help for the options and examples.");
-            return ExitCode::from(2);
-        }
-    };
-    let outcome = match command {
-        Command::Help => {
-            // `--help | head` closes stdout early; that is no error.
-            let help = format!(
-                "kv-events: watch, or try, the KV event stream of Mooncake's metadata master\n\n\
-                 {SYNOPSIS}\n{DETAILS}"
-            );
-            let _ = std::io::stdout().write_all(help.as_bytes());
-            Ok(())
-        }
+    let outcome = match args::parse() {
         Command::Tail(tail) => tail::run(&tail),
         Command::Demo(demo) => demo::run(&demo),
+        Command::Completions { shell } => args::print_completions(shell),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,57 +1,60 @@
-//! The command line: a small hand-written parser and the usage text.
+//! The command line, declared with clap's derive API: the commands, their options and the
+//! help text with its examples. clap gives the `-h`/`--help`, `--version`, `--opt=value`,
+//! suggestions for mistyped options and the completion scripts; this module adds the checks
+//! of each value and the usage on every usage error.
 
 use crate::view::{EventType, Filter};
+use clap::builder::{NonEmptyStringValueParser, TypedValueParser as _};
+use clap::error::{ContextKind, ContextValue};
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap_complete::Shell;
 use std::ffi::OsString;
+use std::io::{self, Write as _};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The command lines `kv-events` takes: printed after every usage error.
-pub(crate) const SYNOPSIS: &str = "\
-Usage:
-  kv-events tail ENDPOINT [--tenant T]... [--type TYPE[,TYPE]]... [--key-prefix P]...
-                 [--stats] [--count N] [--idle-timeout SECS]
-  kv-events demo [--endpoint E] [--objects N] [--show N|all] [--wait SECS]
-                 [--dump-index FILE]
-  kv-events --help
-";
+// The examples are macros, not consts, so that `concat!` can put each command's own in its
+// `--help` and all of them in `kv-events --help`.
+macro_rules! demo_examples {
+    () => {
+        "  kv-events demo
+  kv-events demo --wait 10        # time to start a tail in another terminal
+  kv-events demo --objects 300 --dump-index expected.json
+"
+    };
+}
 
-/// What each command does, its options and examples: printed by `--help` after a title
-/// and the [`SYNOPSIS`].
-pub(crate) const DETAILS: &str = "\
-tail  Subscribes to the publisher at ENDPOINT and prints one JSON object per event on
-      stdout: the event map plus the batch's \"sequence\"; bytes that are not UTF-8 print
-      as {\"hex\": \"...\"}. Sequence gaps (lost events), a join after the first message and
-      publisher restarts are reported on stderr, whatever the filters. Runs until
-      interrupted unless told:
-        --count N            exit after N events that pass the filters
-        --idle-timeout SECS  exit after SECS seconds without a message
-      Filters: an event is printed (and counted) only if it matches each filter given;
-      a filter given several times matches any of its values.
-        --tenant T           tenant_id is T (an empty T means \"default\", as on the wire)
-        --type TYPES         event_type is one of TYPES: stored, removed, cleared,
-                             repeated or comma-separated (--type stored,removed)
-        --key-prefix P       object_key starts with the bytes of P; a key sent as bin
-                             compares by its bytes; cleared events have no key and
-                             never match
-      Instead of the events:
-        --stats              print one line per second on stdout: the rate of the events
-                             that pass the filters, in all and per type; the gaps in that
-                             second (a restart or a late join counts as one) and the
-                             sequence numbers they missed; the last sequence seen. A last
-                             line covers the part of a second before exit
+macro_rules! tail_examples {
+    () => {
+        "  kv-events tail tcp://127.0.0.1:5557
+  kv-events tail ipc:///run/mooncake/kv-events.sock --count 10
+  kv-events tail tcp://master-0:5557 --idle-timeout 30 > events.jsonl
+  kv-events tail tcp://master-0:5557 --tenant tenant-a --type stored,removed
+  kv-events tail tcp://master-0:5557 --type cleared              # RemoveAll results only
+  kv-events tail tcp://master-0:5557 --key-prefix llama/ --count 100 | jq -c .object_key
+  kv-events tail tcp://master-0:5557 --stats                     # rates, gaps, sequence
+  kv-events tail tcp://master-0:5557 --stats --tenant default --type stored
+"
+    };
+}
 
-demo  Runs a publisher on E (default tcp://127.0.0.1:5557) and a watcher on the same
-      stream, drives it with a synthetic master workload that makes every kind of call
-      over N objects (default 1000), and prints what the watcher saw against what was
-      published. Exits 0 only if the watcher saw every event with no gap.
-        --endpoint E         the endpoint to bind
-        --objects N          how many objects the workload creates
-        --show N|all         print the first N events of each type (default 2)
-        --wait SECS          wait for subscribers before the workload (default 0.5)
-        --dump-index FILE    write the index a subscriber that saw every event ends with,
-                             as JSON in the format of examples/python/indexer.py --dump
+macro_rules! completions_examples {
+    () => {
+        "  kv-events completions bash > ~/.local/share/bash-completion/completions/kv-events
+  kv-events completions zsh > ~/.zfunc/_kv-events     # with fpath+=(~/.zfunc) in ~/.zshrc
+  kv-events completions fish > ~/.config/fish/completions/kv-events.fish
+"
+    };
+}
 
-Exit status:
+/// Watch, or try, the KV event stream of Mooncake's metadata master
+#[derive(Debug, Parser)]
+#[command(
+    name = "kv-events",
+    version,
+    propagate_version = true,
+    after_help = concat!(
+        "Exit status:
   0  tail: stopped by --count or --idle-timeout, or the reader of its stdout went away;
      demo: the watcher saw every published event, with no gap
   1  runtime error: cannot connect or bind, a socket error, a malformed message, a
@@ -61,57 +64,126 @@ Exit status:
   An interrupted tail (Ctrl-C) ends as the signal ends any command.
 
 Examples:
-  kv-events demo
-  kv-events demo --wait 10        # time to start a tail in another terminal
-  kv-events demo --objects 300 --dump-index expected.json
-  kv-events tail tcp://127.0.0.1:5557
-  kv-events tail ipc:///run/mooncake/kv-events.sock --count 10
-  kv-events tail tcp://master-0:5557 --idle-timeout 30 > events.jsonl
-  kv-events tail tcp://master-0:5557 --tenant tenant-a --type stored,removed
-  kv-events tail tcp://master-0:5557 --type cleared              # RemoveAll results only
-  kv-events tail tcp://master-0:5557 --key-prefix llama/ --count 100 | jq -c .object_key
-  kv-events tail tcp://master-0:5557 --stats                     # rates, gaps, sequence
-  kv-events tail tcp://master-0:5557 --stats --tenant default --type stored
-";
+",
+        demo_examples!(),
+        tail_examples!(),
+        completions_examples!()
+    )
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
 /// What the command line asks for.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, Subcommand)]
 pub(crate) enum Command {
-    /// `--help`, at the top or after a subcommand.
-    Help,
-    /// `tail ENDPOINT ...`.
+    /// Print the stream of a running publisher, one JSON line per event
+    ///
+    /// Subscribes to the publisher at ENDPOINT and prints one JSON object per event on
+    /// stdout: the event map plus the batch's "sequence"; bytes that are not UTF-8 print
+    /// as {"hex": "..."}. Sequence gaps (lost events), a join after the first message and
+    /// publisher restarts are reported on stderr, whatever the filters. Runs until
+    /// interrupted unless --count or --idle-timeout says stop.
+    ///
+    /// Filters: an event is printed (and counted) only if it matches each filter given;
+    /// a filter given several times matches any of its values.
+    #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", tail_examples!()))]
     Tail(TailArgs),
-    /// `demo ...`.
+    /// Run a publisher, a watcher and a synthetic master workload; compare what was seen
+    ///
+    /// Runs a publisher on E and a watcher on the same stream, drives it with a synthetic
+    /// master workload that makes every kind of call over N objects, and prints what the
+    /// watcher saw against what was published. Exits 0 only if the watcher saw every
+    /// event with no gap.
+    #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", demo_examples!()))]
     Demo(DemoArgs),
+    /// Print the completion script of a shell on stdout
+    #[command(after_help = concat!("Examples:\n", completions_examples!()))]
+    Completions {
+        /// The shell to complete for
+        shell: Shell,
+    },
 }
 
 /// The options of `tail`.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, Args)]
 pub(crate) struct TailArgs {
-    /// Where to connect.
+    /// The publisher's endpoint, e.g. tcp://127.0.0.1:5557 or ipc:///run/kv.sock
     pub(crate) endpoint: String,
-    /// Exit after this many events; `None`: never.
+    /// Exit after N events that pass the filters
+    #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
     pub(crate) count: Option<u64>,
-    /// Exit after this long without a message; `None`: never.
+    /// Exit after SECS seconds without a message
+    #[arg(long, value_name = "SECS", value_parser = more_than_zero_seconds, allow_negative_numbers = true)]
     pub(crate) idle_timeout: Option<Duration>,
-    /// Which events to print and count.
-    pub(crate) filter: Filter,
-    /// Print a line of rates per second instead of the events.
+    /// Only events of tenant T (an empty T is "default", as on the wire)
+    #[arg(long = "tenant", value_name = "T")]
+    tenants: Vec<String>,
+    /// Only events of these types: stored, removed, cleared (comma-separated)
+    #[arg(
+        long = "type",
+        value_name = "TYPES",
+        value_delimiter = ',',
+        hide_possible_values = true
+    )]
+    types: Vec<EventType>,
+    /// Only events whose object_key starts with the bytes of P
+    ///
+    /// A key sent as bin compares by its bytes; cleared events have no key and never match.
+    #[arg(long = "key-prefix", value_name = "P", verbatim_doc_comment)]
+    key_prefixes: Vec<String>,
+    /// Print a line of rates, gaps and sequence per second instead of the events
+    ///
+    /// Each line has the rate of the events that pass the filters, in all and per type;
+    /// the gaps in that second (a restart or a late join counts as one) and the sequence
+    /// numbers they missed; the last sequence seen. A last line covers the part of a
+    /// second before exit.
+    #[arg(long, verbatim_doc_comment)]
     pub(crate) stats: bool,
 }
 
+impl TailArgs {
+    /// The events the filter options let through: all, when none is given.
+    pub(crate) fn filter(&self) -> Filter {
+        Filter {
+            tenants: self
+                .tenants
+                .iter()
+                .map(|t| if t.is_empty() { "default" } else { t })
+                .map(|t| t.as_bytes().to_vec())
+                .collect(),
+            types: self.types.clone(),
+            key_prefixes: self
+                .key_prefixes
+                .iter()
+                .map(|p| p.as_bytes().to_vec())
+                .collect(),
+        }
+    }
+}
+
 /// The options of `demo`.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, PartialEq, Args)]
 pub(crate) struct DemoArgs {
-    /// Where the publisher binds.
+    /// The endpoint the publisher binds
+    #[arg(long, value_name = "E", default_value = "tcp://127.0.0.1:5557",
+          value_parser = NonEmptyStringValueParser::new())]
     pub(crate) endpoint: String,
-    /// How many objects the workload creates, at least 1.
+    /// How many objects the workload creates
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = objects, allow_negative_numbers = true)]
     pub(crate) objects: usize,
-    /// Which events the watcher prints.
+    /// Print the first N events of each type, or all of them
+    #[arg(long, value_name = "N|all", default_value = "2", value_parser = show)]
     pub(crate) show: Show,
-    /// How long to wait for subscribers before the workload starts.
+    /// Wait SECS seconds for subscribers before the workload starts
+    #[arg(long, value_name = "SECS", default_value = "0.5", value_parser = seconds, allow_negative_numbers = true)]
     pub(crate) wait: Duration,
-    /// Where to write the index a subscriber should end with; `None`: nowhere.
+    /// Write the index a subscriber that saw every event ends with
+    ///
+    /// As JSON in the format of examples/python/indexer.py --dump.
+    #[arg(long, value_name = "FILE", verbatim_doc_comment,
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) dump_index: Option<PathBuf>,
 }
 
@@ -124,232 +196,107 @@ pub(crate) enum Show {
     FirstOfEachType(u64),
 }
 
-/// A command line that cannot be run, and why.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct UsageError(pub(crate) String);
-
-/// Parses the arguments after the program name.
-pub(crate) fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    let args = args
-        .into_iter()
-        .map(|a| {
-            a.into_string()
-                .map_err(|a| UsageError(format!("argument {a:?} is not valid UTF-8")))
-        })
-        .collect::<Result<Vec<String>, _>>()?;
-    let mut args = args.into_iter();
-    match args.next().as_deref() {
-        None => Err(UsageError("no command given".into())),
-        Some("-h" | "--help" | "help") => Ok(Command::Help),
-        Some("tail") => parse_tail(Options::new(args)),
-        Some("demo") => parse_demo(Options::new(args)),
-        Some(other) => Err(UsageError(format!(
-            "unknown command \"{other}\": expected tail or demo"
-        ))),
+/// The command the process's arguments ask for. On `--help` or `--version` this prints
+/// and exits 0; on a usage error it prints the error and the usage on stderr and exits 2.
+pub(crate) fn parse() -> Command {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli.command,
+        Err(err) => with_usage(err, &args).exit(),
     }
 }
 
-fn parse_tail(mut options: Options) -> Result<Command, UsageError> {
-    let mut endpoint = None;
-    let mut count = None;
-    let mut idle_timeout = None;
-    let mut filter = Filter::default();
-    let mut stats = false;
-    while let Some(arg) = options.next() {
-        match arg {
-            Arg::Flag(flag) => match flag.as_str() {
-                "-h" | "--help" => return Ok(Command::Help),
-                "--count" => count = Some(positive(&flag, &options.value(&flag)?)?),
-                "--idle-timeout" => idle_timeout = Some(seconds(&flag, &options.value(&flag)?)?),
-                "--tenant" => filter.tenants.push(tenant(options.value(&flag)?)),
-                "--type" => filter
-                    .types
-                    .extend(event_types(&flag, &options.value(&flag)?)?),
-                "--key-prefix" => filter.key_prefixes.push(options.value(&flag)?.into_bytes()),
-                "--stats" => {
-                    options.no_value(&flag)?;
-                    stats = true;
-                }
-                _ => return Err(unknown_option("tail", &flag)),
-            },
-            Arg::Positional(value) if endpoint.is_none() => endpoint = Some(value),
-            Arg::Positional(value) => {
-                return Err(UsageError(format!(
-                    "tail takes one ENDPOINT, \"{value}\" is one too many"
-                )))
-            }
-        }
+/// `err`, with the usage of the command at fault added if clap left it out: it does for a
+/// value its parser refused (`--count many`), and every usage error shows the usage.
+fn with_usage(mut err: clap::Error, args: &[OsString]) -> clap::Error {
+    if !err.use_stderr() || err.render().to_string().contains("Usage:") {
+        return err;
     }
-    let endpoint = endpoint
-        .ok_or_else(|| UsageError("tail needs an ENDPOINT, e.g. tcp://127.0.0.1:5557".into()))?;
-    Ok(Command::Tail(TailArgs {
-        endpoint,
-        count,
-        idle_timeout,
-        filter,
-        stats,
-    }))
-}
-
-fn parse_demo(mut options: Options) -> Result<Command, UsageError> {
-    let mut demo = DemoArgs {
-        endpoint: "tcp://127.0.0.1:5557".into(),
-        objects: 1000,
-        show: Show::FirstOfEachType(2),
-        wait: Duration::from_millis(500),
-        dump_index: None,
+    let mut cli = Cli::command();
+    cli.build();
+    let named = args.get(1).and_then(|a| a.to_str());
+    let usage = match named.and_then(|name| cli.find_subcommand_mut(name)) {
+        Some(command) => command.render_usage(),
+        None => cli.render_usage(),
     };
-    while let Some(arg) = options.next() {
-        match arg {
-            Arg::Flag(flag) => match flag.as_str() {
-                "-h" | "--help" => return Ok(Command::Help),
-                "--endpoint" => demo.endpoint = options.value(&flag)?,
-                "--objects" => {
-                    let n = positive(&flag, &options.value(&flag)?)?;
-                    demo.objects = usize::try_from(n)
-                        .map_err(|_| UsageError(format!("{flag} {n} is too large")))?;
-                }
-                "--show" => {
-                    demo.show = match options.value(&flag)?.as_str() {
-                        "all" => Show::All,
-                        n => Show::FirstOfEachType(number(&flag, n)?),
-                    }
-                }
-                "--wait" => demo.wait = seconds_or_zero(&flag, &options.value(&flag)?)?,
-                "--dump-index" => match options.value(&flag)? {
-                    file if file.is_empty() => {
-                        return Err(UsageError(format!("{flag} needs a file name")))
-                    }
-                    file => demo.dump_index = Some(PathBuf::from(file)),
-                },
-                _ => return Err(unknown_option("demo", &flag)),
-            },
-            Arg::Positional(value) => {
-                return Err(UsageError(format!(
-                    "demo takes no positional argument, got \"{value}\""
-                )))
-            }
+    err.insert(ContextKind::Usage, ContextValue::StyledStr(usage));
+    err
+}
+
+/// Writes the completion script for `shell` on stdout. A reader that went away (`| head`)
+/// is no error.
+pub(crate) fn print_completions(shell: Shell) -> Result<(), String> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "kv-events", &mut script);
+    let mut script = String::from_utf8_lossy(&script).into_owned();
+    if shell == Shell::Bash {
+        // clap_complete names the case arm of a subcommand of a hyphenated binary
+        // `kv__subcmd__events__subcmd__tail` where its dispatch loop says
+        // `kv__events__subcmd__tail`, so no subcommand's options would complete
+        // (clap-rs/clap#6421, open in clap_complete 4.6.12).
+        script = script.replace("kv__subcmd__events", "kv__events");
+    }
+    match io::stdout().write_all(script.as_bytes()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            Err(format!("cannot write the completion script: {e}"))
         }
-    }
-    if demo.endpoint.is_empty() {
-        return Err(UsageError("--endpoint must not be empty".into()));
-    }
-    Ok(Command::Demo(demo))
-}
-
-fn unknown_option(command: &str, flag: &str) -> UsageError {
-    UsageError(format!("{command} has no option {flag}"))
-}
-
-/// A tenant as the stream carries it: empty is `"default"`.
-fn tenant(value: String) -> Vec<u8> {
-    if value.is_empty() {
-        b"default".to_vec()
-    } else {
-        value.into_bytes()
+        _ => Ok(()),
     }
 }
 
-/// `stored,removed`: one or more event types, comma-separated.
-fn event_types(flag: &str, value: &str) -> Result<Vec<EventType>, UsageError> {
-    value
-        .split(',')
-        .map(|name| {
-            EventType::named(name).ok_or_else(|| {
-                UsageError(format!(
-                    "{flag} wants stored, removed or cleared (or several, comma-separated), \
-                     \"{name}\" is none of them"
-                ))
-            })
-        })
-        .collect()
+fn number(value: &str) -> Result<u64, String> {
+    value.parse().map_err(|_| "wants a whole number".to_owned())
 }
 
-fn number(flag: &str, value: &str) -> Result<u64, UsageError> {
-    value.parse().map_err(|_| {
-        UsageError(format!(
-            "{flag} wants a whole number, \"{value}\" is not one"
-        ))
-    })
-}
-
-fn positive(flag: &str, value: &str) -> Result<u64, UsageError> {
-    match number(flag, value)? {
-        0 => Err(UsageError(format!("{flag} must be at least 1"))),
+fn at_least_one(value: &str) -> Result<u64, String> {
+    match number(value)? {
+        0 => Err("must be at least 1".into()),
         n => Ok(n),
     }
 }
 
-fn seconds_or_zero(flag: &str, value: &str) -> Result<Duration, UsageError> {
+fn objects(value: &str) -> Result<usize, String> {
+    let n = at_least_one(value)?;
+    usize::try_from(n).map_err(|_| "is too large".into())
+}
+
+fn show(value: &str) -> Result<Show, String> {
+    match value {
+        "all" => Ok(Show::All),
+        n => number(n)
+            .map(Show::FirstOfEachType)
+            .map_err(|_| "wants a whole number or all".into()),
+    }
+}
+
+fn seconds(value: &str) -> Result<Duration, String> {
     value
         .parse::<f64>()
         .ok()
         .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
-        .ok_or_else(|| {
-            UsageError(format!(
-                "{flag} wants seconds, e.g. 5 or 0.5, \"{value}\" is not that"
-            ))
-        })
+        .ok_or_else(|| "wants seconds, e.g. 5 or 0.5".into())
 }
 
-fn seconds(flag: &str, value: &str) -> Result<Duration, UsageError> {
-    match seconds_or_zero(flag, value)? {
-        d if d.is_zero() => Err(UsageError(format!("{flag} must be more than 0"))),
+fn more_than_zero_seconds(value: &str) -> Result<Duration, String> {
+    match seconds(value)? {
+        d if d.is_zero() => Err("must be more than 0".into()),
         d => Ok(d),
     }
 }
 
-/// One command-line word: a flag (`--name`; the value of `--name=value` is held back for
-/// [`Options::value`]) or a positional argument.
-enum Arg {
-    Flag(String),
-    Positional(String),
-}
-
-struct Options {
-    args: std::vec::IntoIter<String>,
-    /// The value of the last `--name=value`, until the flag takes it.
-    inline: Option<String>,
-}
-
-impl Options {
-    fn new(args: std::vec::IntoIter<String>) -> Options {
-        Options { args, inline: None }
+/// The `--type` values, for the parser: each `EventType` but `Other`.
+impl clap::ValueEnum for EventType {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[EventType::Stored, EventType::Removed, EventType::Cleared]
     }
 
-    fn next(&mut self) -> Option<Arg> {
-        let arg = self.args.next()?;
-        if arg.len() > 1 && arg.starts_with('-') {
-            match arg.split_once('=') {
-                Some((flag, value)) if flag.starts_with("--") => {
-                    self.inline = Some(value.to_owned());
-                    Some(Arg::Flag(flag.to_owned()))
-                }
-                _ => Some(Arg::Flag(arg)),
-            }
-        } else {
-            Some(Arg::Positional(arg))
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        match self {
+            EventType::Stored => Some("stored".into()),
+            EventType::Removed => Some("removed".into()),
+            EventType::Cleared => Some("cleared".into()),
+            EventType::Other => None,
         }
-    }
-
-    /// Refuses `--flag=value` for a flag that takes no value.
-    fn no_value(&mut self, flag: &str) -> Result<(), UsageError> {
-        match self.inline.take() {
-            Some(value) => Err(UsageError(format!(
-                "{flag} takes no value, got \"{value}\""
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// The value of `flag`: from `--flag=value`, or the next word.
-    fn value(&mut self, flag: &str) -> Result<String, UsageError> {
-        if let Some(value) = self.inline.take() {
-            return Ok(value);
-        }
-        self.args
-            .next()
-            .ok_or_else(|| UsageError(format!("{flag} needs a value")))
     }
 }
 
@@ -357,119 +304,155 @@ impl Options {
 mod tests {
     use super::*;
 
-    fn parse_words(words: &str) -> Result<Command, UsageError> {
-        parse(words.split_whitespace().map(OsString::from))
+    fn parse_words(words: &str) -> Result<Command, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kv-events").chain(words.split_whitespace()))
+            .map(|cli| cli.command)
     }
 
+    fn tail(words: &str) -> TailArgs {
+        match parse_words(words) {
+            Ok(Command::Tail(tail)) => tail,
+            other => panic!("{words}: {other:?}"),
+        }
+    }
+
+    fn demo(words: &str) -> DemoArgs {
+        match parse_words(words) {
+            Ok(Command::Demo(demo)) => demo,
+            other => panic!("{words}: {other:?}"),
+        }
+    }
+
+    /// The usage error of `words`, as the user reads it.
     fn error(words: &str) -> String {
-        parse_words(words).unwrap_err().0
+        let err = parse_words(words).expect_err(words);
+        assert!(err.use_stderr(), "{words}: {err}");
+        assert_eq!(err.exit_code(), 2, "{words}: {err}");
+        let args: Vec<OsString> = std::iter::once("kv-events")
+            .chain(words.split_whitespace())
+            .map(OsString::from)
+            .collect();
+        with_usage(err, &args).render().to_string()
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
     }
 
     #[test]
     fn tail_takes_an_endpoint_and_optional_limits() {
+        let t = tail("tail tcp://h:1 --count 3 --idle-timeout=0.5");
         assert_eq!(
-            parse_words("tail tcp://h:1 --count 3 --idle-timeout=0.5"),
-            Ok(Command::Tail(TailArgs {
-                endpoint: "tcp://h:1".into(),
-                count: Some(3),
-                idle_timeout: Some(Duration::from_millis(500)),
-                filter: Filter::default(),
-                stats: false,
-            }))
+            (t.endpoint.as_str(), t.count, t.idle_timeout, t.stats),
+            (
+                "tcp://h:1",
+                Some(3),
+                Some(Duration::from_millis(500)),
+                false
+            )
         );
+        assert!(t.filter().passes_all());
+        let t = tail("tail --count=1 ipc:///x");
         assert_eq!(
-            parse_words("tail --count=1 ipc:///x"),
-            Ok(Command::Tail(TailArgs {
-                endpoint: "ipc:///x".into(),
-                count: Some(1),
-                idle_timeout: None,
-                filter: Filter::default(),
-                stats: false,
-            }))
+            (t.endpoint.as_str(), t.count, t.idle_timeout),
+            ("ipc:///x", Some(1), None)
         );
     }
 
     #[test]
     fn tail_filters_repeat_and_types_take_a_comma_list() {
-        let Ok(Command::Tail(tail)) = parse_words(
+        let t = tail(
             "tail ipc:///x --tenant a --tenant= --type stored,removed --type=cleared \
              --key-prefix p/ --key-prefix=q --stats",
-        ) else {
-            panic!("tail parses")
-        };
+        );
         assert_eq!(
-            tail.filter,
+            t.filter(),
             Filter {
                 tenants: vec![b"a".to_vec(), b"default".to_vec()],
                 types: vec![EventType::Stored, EventType::Removed, EventType::Cleared],
                 key_prefixes: vec![b"p/".to_vec(), b"q".to_vec()],
             }
         );
-        assert!(tail.stats);
-        assert!(!tail.filter.passes_all());
+        assert!(t.stats);
     }
 
     #[test]
     fn demo_has_defaults_and_accepts_each_option() {
-        let Ok(Command::Demo(demo)) = parse_words("demo") else {
-            panic!("demo parses")
-        };
-        assert_eq!(demo.endpoint, "tcp://127.0.0.1:5557");
+        let d = demo("demo");
+        assert_eq!(d.endpoint, "tcp://127.0.0.1:5557");
         assert_eq!(
-            (demo.objects, demo.show, demo.wait),
-            (1000, Show::FirstOfEachType(2), Duration::from_millis(500))
+            (d.objects, d.show, d.wait, d.dump_index),
+            (
+                1000,
+                Show::FirstOfEachType(2),
+                Duration::from_millis(500),
+                None
+            )
         );
         assert_eq!(
-            parse_words("demo --endpoint ipc:///d --objects 5 --show all --wait 0"),
-            Ok(Command::Demo(DemoArgs {
+            demo("demo --endpoint ipc:///d --objects 5 --show all --wait 0"),
+            DemoArgs {
                 endpoint: "ipc:///d".into(),
                 objects: 5,
                 show: Show::All,
                 wait: Duration::ZERO,
                 dump_index: None,
-            }))
+            }
         );
-        let Ok(Command::Demo(demo)) = parse_words("demo --dump-index out/expected.json") else {
-            panic!("demo parses")
-        };
-        assert_eq!(demo.dump_index, Some(PathBuf::from("out/expected.json")));
+        assert_eq!(
+            demo("demo --dump-index out/expected.json").dump_index,
+            Some(PathBuf::from("out/expected.json"))
+        );
     }
 
     #[test]
-    fn help_is_found_anywhere() {
-        for words in ["--help", "-h", "help", "tail --help", "demo -h"] {
-            assert_eq!(parse_words(words), Ok(Command::Help), "{words}");
-        }
+    fn a_mistyped_option_or_command_gets_a_suggestion() {
+        let e = error("tail a --idle-timout 3");
+        assert!(
+            e.contains("tip: a similar argument exists: '--idle-timeout'"),
+            "{e}"
+        );
+        let e = error("tial a");
+        assert!(
+            e.contains("tip: a similar subcommand exists: 'tail'"),
+            "{e}"
+        );
+        let e = error("tail a --type stord");
+        assert!(e.contains("tip: a similar value exists: 'stored'"), "{e}");
     }
 
     #[test]
-    fn bad_command_lines_say_what_is_wrong() {
+    fn bad_command_lines_say_what_is_wrong_with_the_usage() {
         for (words, why) in [
-            ("", "no command"),
-            ("watch", "unknown command \"watch\""),
-            ("tail", "needs an ENDPOINT"),
-            ("tail a b", "one too many"),
-            ("tail a --count", "--count needs a value"),
-            ("tail a --count x", "whole number"),
-            ("tail a --count 0", "at least 1"),
+            ("", "Commands:"),
+            ("watch", "unrecognized subcommand 'watch'"),
+            ("tail", "<ENDPOINT>"),
+            ("tail a b", "unexpected argument 'b'"),
+            ("tail a --count", "a value is required"),
+            ("tail a --count x", "wants a whole number"),
+            ("tail a --count -3", "'-3' for '--count <N>'"),
+            ("tail a --count 0", "must be at least 1"),
             ("tail a --idle-timeout -1", "wants seconds"),
-            ("tail a --idle-timeout 0", "more than 0"),
-            ("tail a --follow", "no option --follow"),
-            ("tail a --type", "--type needs a value"),
-            ("tail a --type stored,", "\"\" is none of them"),
-            ("tail a --type Stored", "\"Stored\" is none of them"),
-            ("tail a --tenant", "--tenant needs a value"),
-            ("tail a --key-prefix", "--key-prefix needs a value"),
-            ("tail a --stats=yes", "--stats takes no value"),
-            ("demo --dump-index", "--dump-index needs a value"),
-            ("demo --dump-index=", "needs a file name"),
-            ("demo --objects 0", "at least 1"),
-            ("demo --show some", "whole number"),
-            ("demo --endpoint=", "must not be empty"),
-            ("demo extra", "no positional"),
+            ("tail a --idle-timeout 0", "must be more than 0"),
+            ("tail a --follow", "unexpected argument '--follow'"),
+            ("tail a --type stored,", "a value is required"),
+            ("tail a --type Stored", "[possible values: stored,"),
+            ("tail a --stats=yes", "unexpected value 'yes'"),
+            ("demo --dump-index=", "a value is required"),
+            ("demo --objects 0", "must be at least 1"),
+            ("demo --show some", "wants a whole number or all"),
+            ("demo --wait soon", "wants seconds"),
+            ("demo --endpoint=", "a value is required"),
+            ("demo extra", "unexpected argument 'extra'"),
         ] {
+            let usage = match words.split_whitespace().next() {
+                Some(command @ ("tail" | "demo")) => format!("Usage: kv-events {command} "),
+                _ => "Usage: kv-events <COMMAND>".to_owned(),
+            };
             let err = error(words);
             assert!(err.contains(why), "{words:?}: {err}");
+            assert!(err.contains(&usage), "{words:?}: {err}");
         }
     }
 }

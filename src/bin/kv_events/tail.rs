@@ -46,7 +46,9 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
     } else {
         Show::All
     };
-    let mut view = View::filtered(show, args.filter.clone());
+    let filter = args.filter();
+    let passes_all = filter.passes_all();
+    let mut view = View::filtered(show, filter);
     let mut stats = args.stats.then(|| StatsLines::new(Instant::now()));
     let mut reading = || -> Result<Stop, Failure> {
         let stop = watch(
@@ -67,7 +69,7 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
         Err(Failure::Error(why)) => Err(why),
         Ok(Stop::Idle(idle)) => {
             let t = &view.tally;
-            let others = if args.filter.passes_all() {
+            let others = if passes_all {
                 String::new()
             } else {
                 format!(

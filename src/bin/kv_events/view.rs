@@ -73,7 +73,7 @@ impl EventType {
     }
 
     /// The type an `event_type` string names, if it is one of the three.
-    pub(crate) fn named(name: &str) -> Option<EventType> {
+    fn named(name: &str) -> Option<EventType> {
         match name {
             "stored" => Some(EventType::Stored),
             "removed" => Some(EventType::Removed),
