@@ -18,7 +18,8 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// README.md, then every page of docs/, each with its text.
+/// README.md, then every page of docs/, then the Mooncake integration kit's page, each with
+/// its text.
 fn pages() -> Vec<(PathBuf, String)> {
     let mut paths: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
         .expect("docs/")
@@ -27,6 +28,7 @@ fn pages() -> Vec<(PathBuf, String)> {
         .collect();
     paths.sort();
     paths.insert(0, root().join("README.md"));
+    paths.push(root().join("integrations/mooncake/README.md"));
     paths.into_iter().map(|p| (p.clone(), read(&p))).collect()
 }
 
@@ -145,7 +147,7 @@ fn every_relative_link_resolves() {
 fn every_page_is_linked_from_the_readme_and_says_who_it_is_for() {
     let readme = links(&page("README.md"));
     for (path, text) in pages().into_iter().skip(1) {
-        let name = format!("docs/{}", path.file_name().unwrap().to_string_lossy());
+        let name = path.strip_prefix(root()).unwrap().display().to_string();
         assert!(readme.contains(&name), "README.md does not link {name}");
         let first_paragraph = prose(&text)
             .skip(1)

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Proves the Mooncake integration on a real Mooncake tree:
+#
+#   integrations/mooncake/check.sh MOONCAKE_DIR
+#
+#  1. apply.sh MOONCAKE_DIR (patches, and extern/mooncake-kv-events -> this checkout);
+#  2. configures and builds Mooncake's master, its tests and clientctl with
+#     -DENABLE_KV_EVENTS=ON and with OFF, each in its own build directory;
+#  3. runs Mooncake's master_service_test and the kit's master_service_kv_events_test in both;
+#  4. installs the ON build into a scratch prefix and runs the installed mooncake_master,
+#     which must find libmooncake_kv_events.so.0 through its RUNPATH alone;
+#  5. starts the real mooncake_master with KV events on, drives it with a real Mooncake client
+#     (clientctl over TCP: mount, 4 Puts, a Get, a Remove, a RemoveAll), watches the stream
+#     with `kv-events tail`, and compares what arrived, the status endpoint and the metrics
+#     with what those operations publish;
+#  6. starts the OFF master with --enable_kv_events=true and checks it says once, in its
+#     log, that events are not built in.
+#
+# Nothing is written into MOONCAKE_DIR beyond the patches and the link, nor into this checkout:
+# builds, logs and the kv-events binary go under CHECK_DIR. Settings (environment):
+#   CHECK_DIR          where builds and logs go (default: MOONCAKE_DIR/../mooncake-kv-events-check)
+#   YLT_PREFIX         install prefix of yalantinglibs at the commit Mooncake pins (required)
+#   GTEST_SOURCE_DIR   googletest v1.17.0 sources, handed to Mooncake's FetchContent (required)
+#   JOBS               build parallelism (default: nproc)
+#   SKIP_BUILD=1       reuse the build directories as they are
+# Exit status: 0 when every step passed; the first failing step stops the run.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+kit_root=$(cd "$here/../.." && pwd)
+
+die() {
+  echo "check.sh: $*" >&2
+  exit 1
+}
+
+[ $# -eq 1 ] || die "usage: check.sh MOONCAKE_DIR"
+mooncake=$(cd "$1" 2>/dev/null && pwd) || die "$1 is not a directory"
+check_dir=${CHECK_DIR:-$(dirname "$mooncake")/mooncake-kv-events-check}
+mkdir -p "$check_dir"
+check_dir=$(cd "$check_dir" && pwd)
+case "$check_dir/" in
+  "$kit_root"/* | "$mooncake"/*) die "CHECK_DIR must be outside this checkout and Mooncake's tree" ;;
+esac
+[ -n "${YLT_PREFIX:-}" ] && [ -d "$YLT_PREFIX/include/ylt" ] ||
+  die "set YLT_PREFIX to the install prefix of yalantinglibs (see integrations/mooncake/README.md)"
+[ -n "${GTEST_SOURCE_DIR:-}" ] && [ -f "$GTEST_SOURCE_DIR/CMakeLists.txt" ] ||
+  die "set GTEST_SOURCE_DIR to googletest v1.17.0 sources (see integrations/mooncake/README.md)"
+[ -f "$mooncake/extern/pybind11/CMakeLists.txt" ] ||
+  die "$mooncake/extern/pybind11 is empty: Mooncake's configure needs the pybind11 submodule"
+jobs=${JOBS:-$(nproc)}
+
+log="$check_dir/check.log"
+: >"$log"
+summary=()
+step() { # step NAME COMMAND...: runs COMMAND, its output in CHECK_DIR/NAME.log, timed
+  local name=$1 start=$SECONDS
+  shift
+  echo "== $name" | tee -a "$log"
+  if ! "$@" >"$check_dir/$name.log" 2>&1; then
+    tail -n 40 "$check_dir/$name.log" >&2
+    die "$name failed; its output: $check_dir/$name.log"
+  fi
+  summary+=("$(printf '%-22s %5d s' "$name" $((SECONDS - start)))")
+}
+
+# --- 1. the patches and the link
+step apply "$here/apply.sh" "$mooncake"
+
+# --- 2. builds
+configure() { # configure BUILD_DIR ON|OFF
+  cmake -S "$mooncake" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_PREFIX_PATH="$YLT_PREFIX" -DFETCHCONTENT_SOURCE_DIR_GOOGLETEST="$GTEST_SOURCE_DIR" \
+    -DWITH_TE=ON -DWITH_STORE=ON -DWITH_STORE_RUST=OFF -DWITH_STORE_GO=OFF -DWITH_P2P_STORE=OFF \
+    -DWITH_EP=OFF -DUSE_CUDA=OFF -DUSE_NVMEOF=OFF -DUSE_TCP=ON -DUSE_HTTP=ON -DUSE_ETCD=OFF \
+    -DUSE_REDIS=OFF -DSTORE_USE_ETCD=OFF -DSTORE_USE_REDIS=OFF -DSTORE_USE_K8S_LEASE=OFF \
+    -DUSE_TENT=OFF -DUSE_3FS=OFF -DBUILD_EXAMPLES=OFF -DBUILD_BENCHMARK=OFF \
+    -DBUILD_UNIT_TESTS=ON -DENABLE_KV_EVENTS="$2"
+}
+build() { # build BUILD_DIR TARGET...
+  local dir=$1
+  shift
+  ninja -C "$dir" -j "$jobs" "$@"
+}
+on="$check_dir/build-on"
+off="$check_dir/build-off"
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  step configure-on configure "$on" ON
+  step build-on build "$on" mooncake_master master_service_test master_service_kv_events_test clientctl
+  step configure-off configure "$off" OFF
+  step build-off build "$off" mooncake_master master_service_test master_service_kv_events_test
+fi
+# An ON configure must not have written into this checkout (cargo's target dir is the build's).
+[ -d "$on/mooncake-kv-events/cargo/release" ] ||
+  die "cargo's target directory is not under $on"
+
+# --- 3. the tests
+gtest() { # gtest BUILD_DIR BINARY: runs one of Mooncake's test binaries from its directory
+  (cd "$1/mooncake-store/tests" && "./$2" --gtest_brief=1)
+}
+step kv-events-test-on gtest "$on" master_service_kv_events_test
+step kv-events-test-off gtest "$off" master_service_kv_events_test
+step master-test-on gtest "$on" master_service_test
+step master-test-off gtest "$off" master_service_test
+
+# --- 4. an installed master finds the library
+prefix="$check_dir/install"
+install_check() {
+  rm -rf "$prefix"
+  cmake --install "$on" --prefix "$prefix" >/dev/null
+  local master="$prefix/bin/mooncake_master"
+  readelf -d "$master" | grep -E 'RUNPATH|RPATH'
+  env -u LD_LIBRARY_PATH ldd "$master" | tee "$check_dir/ldd.txt"
+  grep -q "libmooncake_kv_events.so.0 => $prefix/lib/libmooncake_kv_events.so.0" "$check_dir/ldd.txt"
+  readelf -d "$prefix/lib/libmooncake_kv_events.so.0" | grep -q 'soname: \[libmooncake_kv_events.so.0\]'
+  env -u LD_LIBRARY_PATH "$master" --version
+}
+step install install_check
+
+# --- 5. the live master, a real client, kv-events tail
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { # wait_for SECONDS COMMAND...: polls COMMAND until it succeeds
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+start_master() { # start_master MASTER LOG FLAG...: starts a master on fresh ports
+  local master=$1 out=$2
+  shift 2
+  rpc_port=$(free_port)
+  metrics_port=$(free_port)
+  "$master" --enable_ha=false --enable_http_metadata_server=false --rpc_address=127.0.0.1 \
+    --rpc_port="$rpc_port" --metrics_port="$metrics_port" --logtostderr "$@" >"$out" 2>&1 &
+  pids+=($!)
+  wait_for 30 curl -sf "http://127.0.0.1:$metrics_port/health"
+}
+
+live_check() {
+  local kv_events="$check_dir/cargo/release/kv-events"
+  CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
+    --manifest-path "$kit_root/Cargo.toml" --bin kv-events
+  local endpoint="tcp://127.0.0.1:$(free_port)"
+  start_master "$prefix/bin/mooncake_master" "$check_dir/master-on.out" \
+    --enable_kv_events=true --kv_events_bind_endpoint="$endpoint" \
+    --kv_events_backend_id=live-check --kv_events_model_name=check-model
+  echo "master: rpc 127.0.0.1:$rpc_port, metrics :$metrics_port, events $endpoint"
+
+  local events="$check_dir/events.jsonl"
+  "$kv_events" tail "$endpoint" --idle-timeout 6 >"$events" 2>"$check_dir/tail.err" &
+  local tail_pid=$!
+  pids+=($tail_pid)
+  wait_for 10 grep -q watching "$check_dir/tail.err"
+  sleep 1 # ZeroMQ's slow joiner: the subscription reaches the PUB socket
+
+  local client_port
+  client_port=$(free_port)
+  printf '%s\n' "create c1 $client_port" "mount c1 seg1 67108864" \
+    "put c1 k1 v1" "put c1 k2 v2" "put c1 k3 v3" "put c1 k4 v4" "get c1 k1" \
+    "delete c1 k2" "remove-all c1 force" "terminate" |
+    "$on/mooncake-store/tests/e2e/clientctl" --master_server_entry="127.0.0.1:$rpc_port" \
+      --engine_meta_url=P2PHANDSHAKE --protocol=tcp >"$check_dir/clientctl.out" 2>"$check_dir/clientctl.err"
+  cat "$check_dir/clientctl.out"
+  grep -q "Successfully removed all: 3 objects" "$check_dir/clientctl.out"
+  wait "$tail_pid"
+
+  curl -sf "http://127.0.0.1:$metrics_port/kv_events/status" >"$check_dir/status.json"
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" >"$check_dir/metrics.txt"
+  python3 "$here/compare_live.py" "$events" "$check_dir/status.json" "$check_dir/metrics.txt"
+}
+step live-on live_check
+
+off_check() {
+  start_master "$off/mooncake-store/src/mooncake_master" "$check_dir/master-off.out" \
+    --enable_kv_events=true --kv_events_bind_endpoint=tcp://127.0.0.1:1 \
+    --kv_events_backend_id=off-check
+  curl -sf "http://127.0.0.1:$metrics_port/kv_events/status" | tee "$check_dir/status-off.json"
+  grep -q '"built_with_kv_events":false' "$check_dir/status-off.json"
+  [ "$(grep -c 'built with ENABLE_KV_EVENTS=OFF' "$check_dir/master-off.out")" -eq 1 ]
+}
+step live-off off_check
+
+echo
+echo "check.sh: all passed (logs in $check_dir)"
+printf '%s\n' "${summary[@]}"
