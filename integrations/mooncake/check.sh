@@ -57,7 +57,16 @@ step() { # step NAME COMMAND...: runs COMMAND, its output in CHECK_DIR/NAME.log,
   local name=$1 start=$SECONDS
   shift
   echo "== $name" | tee -a "$log"
-  if ! "$@" >"$check_dir/$name.log" 2>&1; then
+  # A subshell outside any `if`, so that `set -e` holds inside the step's functions: every
+  # command of a step counts, not only its last.
+  set +e
+  (
+    set -e
+    "$@"
+  ) >"$check_dir/$name.log" 2>&1
+  local status=$?
+  set -e
+  if [ "$status" -ne 0 ]; then
     tail -n 40 "$check_dir/$name.log" >&2
     die "$name failed; its output: $check_dir/$name.log"
   fi
@@ -86,7 +95,8 @@ on="$check_dir/build-on"
 off="$check_dir/build-off"
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   step configure-on configure "$on" ON
-  step build-on build "$on" mooncake_master master_service_test master_service_kv_events_test clientctl
+  step build-on build "$on" mooncake_master mooncake_client master_service_test \
+    master_service_kv_events_test clientctl
   step configure-off configure "$off" OFF
   step build-off build "$off" mooncake_master master_service_test master_service_kv_events_test
 fi
@@ -107,12 +117,14 @@ step master-test-off gtest "$off" master_service_test
 prefix="$check_dir/install"
 install_check() {
   rm -rf "$prefix"
-  cmake --install "$on" --prefix "$prefix" >/dev/null
+  # The store's install rules (master, client, the library, the header); the top-level rules
+  # would also install every other target and the Python modules into site-packages.
+  cmake --install "$on/mooncake-store/src" --prefix "$prefix"
   local master="$prefix/bin/mooncake_master"
   readelf -d "$master" | grep -E 'RUNPATH|RPATH'
   env -u LD_LIBRARY_PATH ldd "$master" | tee "$check_dir/ldd.txt"
   grep -q "libmooncake_kv_events.so.0 => $prefix/lib/libmooncake_kv_events.so.0" "$check_dir/ldd.txt"
-  readelf -d "$prefix/lib/libmooncake_kv_events.so.0" | grep -q 'soname: \[libmooncake_kv_events.so.0\]'
+  readelf -d "$prefix/lib/libmooncake_kv_events.so.0" | grep 'soname: \[libmooncake_kv_events.so.0\]'
   env -u LD_LIBRARY_PATH "$master" --version
 }
 step install install_check
