@@ -323,6 +323,20 @@ struct Handler {
 
 impl Handler {
     fn run(mut self) {
+        self.serve();
+        let unsaid = self.refusals.suppressed();
+        if unsaid > 0 {
+            crate::log::log(
+                Level::Warn,
+                &format!(
+                    "{unsaid} more refused handshakes since the last report \
+                     (refused_handshakes counts them all)"
+                ),
+            );
+        }
+    }
+
+    fn serve(&mut self) {
         loop {
             if self.stop.load(Relaxed) {
                 return;

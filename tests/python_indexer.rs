@@ -4,6 +4,9 @@
 //! demo's model of the master expects; and its gap and restart handling, unit-tested by
 //! `tests/python/test_indexer.py`.
 
+mod common;
+
+use common::TempDir;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -36,23 +39,6 @@ fn python() -> Command {
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A directory of its own for one test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("kv-events-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn read_json(path: &Path) -> Value {

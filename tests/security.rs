@@ -1,0 +1,374 @@
+//! Who may read the stream (SPEC section 10), with real sockets on loopback: an admitted
+//! CURVE subscriber gets the plain stream byte for byte; subscribers without a key, with a
+//! key not on the allow-list or with the wrong server key get nothing, and each refusal is
+//! counted once; the address allow-list; the mode of an ipc socket file; every config error;
+//! no secret in a log line, the status or the metrics.
+
+mod common;
+
+use common::{eventually, keygen, raw_messages, raw_subscriber, tcp_endpoint, TempDir};
+use mooncake_kv_events::keys::KeyPair;
+use mooncake_kv_events::{set_log_sink, Config, Medium, MediumSet, Publisher};
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn curve_config(endpoint: &str, dir: &Path) -> Config {
+    Config {
+        curve_secret_key_file: dir.join("server.key").display().to_string(),
+        curve_allow: dir.join("allowed").display().to_string(),
+        ..common::config(endpoint)
+    }
+}
+
+/// A server key pair and an allow-list directory holding one subscriber's public key.
+fn keys(dir: &Path) -> (KeyPair, KeyPair) {
+    let server = keygen(dir, "server");
+    std::fs::create_dir(dir.join("allowed")).unwrap();
+    let admitted = keygen(&dir.join("allowed"), "indexer-a");
+    (server, admitted)
+}
+
+/// The same calls whatever the publisher: every kind of event, in more than one batch.
+fn workload(publisher: &Publisher) -> usize {
+    let both = MediumSet::from([Medium::Cpu, Medium::Disk]);
+    for i in 0..300 {
+        publisher.on_put_commit("tenant-a", format!("key-{i}"), "group", both);
+    }
+    for i in 0..100 {
+        publisher.on_medium_delta("tenant-a", format!("key-{i}"), "", both, MediumSet::EMPTY);
+    }
+    let scan = publisher.begin_remove_all();
+    publisher.on_remove_all(&scan, "tenant-b", 5, 0);
+    assert!(publisher.flush(Duration::from_secs(10)));
+    600 + 200 + 1
+}
+
+/// `frames` with the batch timestamp, which differs between two runs, zeroed wherever it
+/// is encoded (the trailer's first element and each event's `timestamp`).
+fn without_timestamps(mut frames: Vec<Vec<Vec<u8>>>) -> Vec<Vec<Vec<u8>>> {
+    for message in &mut frames {
+        let payload = &mut message[2];
+        let (_, timestamp, _, _) =
+            mooncake_kv_events::watch::decode_message(&[vec![], vec![0; 8], payload.clone()])
+                .unwrap();
+        let mut encoded = Vec::new();
+        rmp::encode::write_uint(&mut encoded, timestamp).unwrap();
+        let mut at = 0;
+        while let Some(found) = payload[at..]
+            .windows(encoded.len())
+            .position(|w| w == encoded.as_slice())
+        {
+            let start = at + found;
+            payload[start..start + encoded.len()].fill(0);
+            at = start + encoded.len();
+        }
+    }
+    frames
+}
+
+/// Every message a joined subscriber gets for `workload` on a publisher from `config`.
+fn stream(config: &Config, curve: Option<(&KeyPair, &KeyPair)>) -> Vec<Vec<Vec<u8>>> {
+    let publisher = Publisher::create(config).expect("the publisher binds");
+    let subscriber = raw_subscriber(
+        &config.bind_endpoint,
+        curve.map(|(server, own)| (&server.public, own)),
+    );
+    // ZeroMQ's slow joiner, as in common::subscribe: setup, not an assertion.
+    std::thread::sleep(Duration::from_millis(300));
+    let events = workload(&publisher);
+    let messages = raw_messages(&subscriber, Duration::from_millis(500));
+    assert_eq!(publisher.stats().published_events, events as u64);
+    messages
+}
+
+#[test]
+fn an_admitted_subscriber_receives_the_plain_stream_byte_for_byte() {
+    let dir = TempDir::new("security-bytes");
+    let (server, admitted) = keys(&dir.0);
+    let plain = stream(&common::config(&common::endpoint()), None);
+    let curve = stream(
+        &curve_config(&common::endpoint(), &dir.0),
+        Some((&server, &admitted)),
+    );
+    assert!(plain.len() > 10, "{} messages", plain.len());
+    let sequences: Vec<&[u8]> = curve.iter().map(|m| m[1].as_slice()).collect();
+    assert_eq!(sequences[0], 1u64.to_be_bytes(), "the first sequence is 1");
+    assert_eq!(without_timestamps(curve), without_timestamps(plain));
+}
+
+/// The log lines of this process that mention `needle`.
+fn capture_log() -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&lines);
+    set_log_sink(move |level, line| seen.lock().unwrap().push(format!("{level}: {line}")));
+    lines
+}
+
+#[test]
+fn refused_subscribers_get_nothing_and_each_refusal_is_counted_once() {
+    let log = capture_log();
+    let dir = TempDir::new("security-refused");
+    let (server, admitted) = keys(&dir.0);
+    let endpoint = tcp_endpoint();
+    let publisher = Publisher::create(&curve_config(&endpoint, &dir.0)).expect("binds");
+
+    let stranger = KeyPair::generate().unwrap();
+    let impostor = KeyPair::generate().unwrap();
+    let no_key = raw_subscriber(&endpoint, None);
+    let not_listed = raw_subscriber(&endpoint, Some((&server.public, &stranger)));
+    // Admitted key, but the public key of some other server.
+    let wrong_server = raw_subscriber(&endpoint, Some((&impostor.public, &admitted)));
+    let good = raw_subscriber(&endpoint, Some((&server.public, &admitted)));
+
+    assert!(
+        eventually(|| publisher.stats().refused_handshakes >= 3),
+        "refused: {}",
+        publisher.stats().refused_handshakes
+    );
+    std::thread::sleep(Duration::from_millis(300)); // the admitted one's subscription, setup
+    let events = workload(&publisher);
+    let received: usize = raw_messages(&good, Duration::from_millis(500))
+        .iter()
+        .map(|m| {
+            mooncake_kv_events::watch::decode_message(m)
+                .unwrap()
+                .2
+                .len()
+        })
+        .sum();
+    assert_eq!(received, events, "the admitted subscriber gets everything");
+    for (name, socket) in [
+        ("no key", &no_key),
+        ("not listed", &not_listed),
+        ("wrong server key", &wrong_server),
+    ] {
+        let got = raw_messages(socket, Duration::from_millis(200));
+        assert!(got.is_empty(), "{name} received {} messages", got.len());
+    }
+    // One handshake each, and none of them retries: exactly three.
+    assert_eq!(publisher.stats().refused_handshakes, 3);
+
+    let status = publisher.status_json();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["refused_handshakes"], 3);
+    assert!(publisher
+        .metrics_text()
+        .contains("\nmooncake_kv_events_refused_handshakes_total 3\n"));
+
+    let lines: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("refused a"))
+        .cloned()
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("from 127.0.0.1")),
+        "{lines:#?}"
+    );
+    // No secret anywhere an operator looks.
+    let secret = server.secret.to_z85();
+    let everything = format!(
+        "{}{}{}",
+        log.lock().unwrap().join("\n"),
+        publisher.status_json(),
+        publisher.metrics_text()
+    );
+    assert!(!everything.contains(&secret));
+    assert!(!everything.contains(&admitted.secret.to_z85()));
+}
+
+#[test]
+fn the_address_allow_list_admits_127_0_0_1_and_refuses_127_0_0_2() {
+    let endpoint = tcp_endpoint();
+    let publisher = Publisher::create(&Config {
+        null_allow_addresses: "127.0.0.1, ::1".into(),
+        ..common::config(&endpoint)
+    })
+    .expect("binds");
+    let port = endpoint.rsplit(':').next().unwrap();
+    // ZeroMQ's source-address form: connect from 127.0.0.2.
+    let outsider = raw_subscriber(&format!("tcp://127.0.0.2:0;127.0.0.1:{port}"), None);
+    let insider = raw_subscriber(&endpoint, None);
+    assert!(eventually(|| publisher.stats().refused_handshakes >= 1));
+    std::thread::sleep(Duration::from_millis(300)); // the insider's subscription, setup
+    let events = workload(&publisher);
+    let received: usize = raw_messages(&insider, Duration::from_millis(500))
+        .iter()
+        .map(|m| {
+            mooncake_kv_events::watch::decode_message(m)
+                .unwrap()
+                .2
+                .len()
+        })
+        .sum();
+    assert_eq!(received, events);
+    assert!(raw_messages(&outsider, Duration::from_millis(200)).is_empty());
+    assert_eq!(publisher.stats().refused_handshakes, 1);
+}
+
+#[test]
+fn an_ipc_socket_file_has_the_configured_mode() {
+    for (mode, expected) in [("0600", 0o600), ("", 0o660)] {
+        let dir = TempDir::new(&format!("security-ipc-{expected:o}"));
+        let path = dir.path("kv.sock");
+        let endpoint = format!("ipc://{}", path.display());
+        let mut config = common::config(&endpoint);
+        if !mode.is_empty() {
+            config.ipc_mode = mode.into();
+        }
+        let publisher = Publisher::create(&config).expect("binds");
+        let meta = std::fs::metadata(&path).expect("the socket file");
+        assert_eq!(meta.permissions().mode() & 0o7777, expected, "{mode:?}");
+        // Nothing is left of the private directory it was bound in.
+        let names: Vec<_> = std::fs::read_dir(&dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["kv.sock"]);
+        // And the renamed file is the live socket.
+        let mut subscriber = common::subscribe(&endpoint);
+        publisher.on_put_commit("", "k", "", MediumSet::from([Medium::Cpu]));
+        let batches = common::read_events(&publisher, &mut subscriber, 1);
+        assert_eq!(batches.len(), 1);
+    }
+}
+
+#[test]
+fn every_config_error_names_its_flag_and_never_a_key() {
+    let dir = TempDir::new("security-errors");
+    let (server, _) = keys(&dir.0);
+    let secret = server.secret.to_z85();
+    let write = |name: &str, text: &str| {
+        let path = dir.path(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    // The secret of the server with one character that is not Z85.
+    let bad_z85 = write(
+        "bad-z85.key",
+        &format!(
+            "curve\n    public-key = \"{}\"\n    secret-key = \"{}~\"\n",
+            server.public.to_z85(),
+            &secret[..39]
+        ),
+    );
+    let short = write(
+        "short.key",
+        &format!(
+            "    public-key = \"{}\"\n    secret-key = \"{}\"\n",
+            server.public.to_z85(),
+            &secret[..30]
+        ),
+    );
+    let public_only = dir.path("server.pub").display().to_string();
+    let empty_dir = dir.path("empty");
+    std::fs::create_dir(&empty_dir).unwrap();
+    let bad_pub = write("bad.pub", "public-key = \"tooshort\"\n");
+    let key_file = dir.path("server.key").display().to_string();
+    let ep = common::endpoint();
+    let tcp = "tcp://127.0.0.1:5999".to_owned();
+    let with = |change: &dyn Fn(&mut Config), endpoint: &str| {
+        let mut config = common::config(endpoint);
+        change(&mut config);
+        config
+    };
+    let cases: Vec<(Config, &str, &str)> = vec![
+        (
+            with(
+                &|c| c.curve_secret_key_file = "/nonexistent/kv.key".into(),
+                &ep,
+            ),
+            "kv_events_curve_secret_key_file",
+            "cannot read",
+        ),
+        (
+            with(
+                &|c| c.curve_secret_key_file = dir.0.display().to_string(),
+                &ep,
+            ),
+            "kv_events_curve_secret_key_file",
+            "cannot read",
+        ),
+        (
+            with(&|c| c.curve_secret_key_file = bad_z85.clone(), &ep),
+            "kv_events_curve_secret_key_file",
+            "not Z85",
+        ),
+        (
+            with(&|c| c.curve_secret_key_file = short.clone(), &ep),
+            "kv_events_curve_secret_key_file",
+            "40 characters",
+        ),
+        (
+            with(&|c| c.curve_secret_key_file = public_only.clone(), &ep),
+            "kv_events_curve_secret_key_file",
+            "no secret-key line",
+        ),
+        (
+            with(&|c| c.curve_allow = public_only.clone(), &ep),
+            "kv_events_curve_allow",
+            "needs kv_events_curve_secret_key_file",
+        ),
+        (
+            with(
+                &|c| {
+                    c.curve_secret_key_file = key_file.clone();
+                    c.curve_allow = empty_dir.display().to_string();
+                },
+                &ep,
+            ),
+            "kv_events_curve_allow",
+            "no .pub file",
+        ),
+        (
+            with(
+                &|c| {
+                    c.curve_secret_key_file = key_file.clone();
+                    c.curve_allow = bad_pub.clone();
+                },
+                &ep,
+            ),
+            "kv_events_curve_allow",
+            "40 characters",
+        ),
+        (
+            with(
+                &|c| {
+                    c.curve_secret_key_file = key_file.clone();
+                    c.curve_allow = "/nonexistent/allowed".into();
+                },
+                &ep,
+            ),
+            "kv_events_curve_allow",
+            "cannot read",
+        ),
+        (
+            with(
+                &|c| c.null_allow_addresses = "10.0.0.1,master-0".into(),
+                &tcp,
+            ),
+            "kv_events_null_allow_addresses",
+            "\"master-0\" is not an IP address",
+        ),
+        (
+            with(&|c| c.null_allow_addresses = "127.0.0.1".into(), &ep),
+            "kv_events_null_allow_addresses",
+            "tcp:// endpoints only",
+        ),
+        (
+            with(&|c| c.ipc_mode = "rw-rw----".into(), &ep),
+            "kv_events_ipc_mode",
+            "octal",
+        ),
+    ];
+    for (config, flag, reason) in cases {
+        let err = Publisher::create(&config).unwrap_err().to_string();
+        assert!(err.starts_with(flag), "{err}");
+        assert!(err.contains(reason), "{err}");
+        assert!(!err.contains(&secret[..20]), "{err}");
+        assert_eq!(config.validate().unwrap_err().to_string(), err);
+    }
+}
