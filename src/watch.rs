@@ -104,8 +104,9 @@ const EVENT_HANDSHAKE_FAILED_PROTOCOL: u16 = 0x2000;
 const EVENT_HANDSHAKE_FAILED_AUTH: u16 = 0x4000;
 const PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: u32 = 0x1100_0001;
 const PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: u32 = 0x1100_0002;
-/// Handshakes in a row that end with the publisher closing the connection, with CURVE,
-/// before that is taken for a wrong server key rather than a publisher that went away.
+/// Handshakes in a row that end with the publisher closing the connection before that is
+/// taken for a refusal (a wrong server key, CURVE asked of a plain subscriber) rather than
+/// a publisher that went away in the middle of one.
 const CLOSED_HANDSHAKES_REFUSED: u32 = 2;
 
 /// A SUB socket connected to a publisher, subscribed to everything.
@@ -203,15 +204,19 @@ impl Subscriber {
                     }
                     other => format!("ZMTP protocol error 0x{other:08x} in the handshake"),
                 },
-                EVENT_HANDSHAKE_FAILED_NO_DETAIL if self.curve => {
+                EVENT_HANDSHAKE_FAILED_NO_DETAIL => {
                     self.closed_handshakes += 1;
                     if self.closed_handshakes < CLOSED_HANDSHAKES_REFUSED {
                         continue;
                     }
                     format!(
-                        "it closed the connection during the CURVE handshake {} times in a \
-                         row: the server key is not the publisher's",
-                        self.closed_handshakes
+                        "it closed the connection during the handshake {} times in a row: {}",
+                        self.closed_handshakes,
+                        if self.curve {
+                            "the server key is not the publisher's, or it does not use CURVE"
+                        } else {
+                            "it probably requires CURVE (--curve-server-key, --curve-secret-key)"
+                        }
                     )
                 }
                 _ => continue,
