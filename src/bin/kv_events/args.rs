@@ -68,7 +68,8 @@ macro_rules! completions_examples {
   0  tail: stopped by --count or --idle-timeout, or the reader of its stdout went away;
      demo: the watcher saw every published event, with no gap
   1  runtime error: cannot connect or bind, a socket error, a malformed message, a
-     file that cannot be written; demo: the watcher missed events or saw a gap
+     file that cannot be written or read, a bad key file; tail: the publisher refused
+     it; keygen: a file exists; demo: the watcher missed events or saw a gap
   2  usage error: unknown command or option, a missing or bad value (with the usage,
      on stderr)
   An interrupted tail (Ctrl-C) ends as the signal ends any command.
