@@ -8,6 +8,7 @@ mod common;
 
 use common::{eventually, keygen, raw_messages, raw_subscriber, tcp_endpoint, TempDir};
 use mooncake_kv_events::keys::KeyPair;
+use mooncake_kv_events::watch::{CurveClient, Subscriber, WatchError};
 use mooncake_kv_events::{set_log_sink, Config, Medium, MediumSet, Publisher};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
@@ -31,18 +32,31 @@ fn keys(dir: &Path) -> (KeyPair, KeyPair) {
 }
 
 /// The same calls whatever the publisher: every kind of event, in more than one batch.
-fn workload(publisher: &Publisher) -> usize {
+/// With `one_call_per_message`, each call is flushed before the next, so that where one
+/// message ends does not depend on timing and two runs give the same messages.
+fn calls(publisher: &Publisher, one_call_per_message: bool) -> usize {
     let both = MediumSet::from([Medium::Cpu, Medium::Disk]);
-    for i in 0..300 {
+    let flush = || {
+        if one_call_per_message {
+            assert!(publisher.flush(Duration::from_secs(10)));
+        }
+    };
+    for i in 0..150 {
         publisher.on_put_commit("tenant-a", format!("key-{i}"), "group", both);
+        flush();
     }
-    for i in 0..100 {
+    for i in 0..50 {
         publisher.on_medium_delta("tenant-a", format!("key-{i}"), "", both, MediumSet::EMPTY);
+        flush();
     }
     let scan = publisher.begin_remove_all();
     publisher.on_remove_all(&scan, "tenant-b", 5, 0);
     assert!(publisher.flush(Duration::from_secs(10)));
-    600 + 200 + 1
+    300 + 100 + 1
+}
+
+fn workload(publisher: &Publisher) -> usize {
+    calls(publisher, false)
 }
 
 /// `frames` with the batch timestamp, which differs between two runs, zeroed wherever it
@@ -77,7 +91,7 @@ fn stream(config: &Config, curve: Option<(&KeyPair, &KeyPair)>) -> Vec<Vec<Vec<u
     );
     // ZeroMQ's slow joiner, as in common::subscribe: setup, not an assertion.
     std::thread::sleep(Duration::from_millis(300));
-    let events = workload(&publisher);
+    let events = calls(&publisher, true);
     let messages = raw_messages(&subscriber, Duration::from_millis(500));
     assert_eq!(publisher.stats().published_events, events as u64);
     messages
@@ -92,7 +106,7 @@ fn an_admitted_subscriber_receives_the_plain_stream_byte_for_byte() {
         &curve_config(&common::endpoint(), &dir.0),
         Some((&server, &admitted)),
     );
-    assert!(plain.len() > 10, "{} messages", plain.len());
+    assert_eq!(plain.len(), 201, "one message per call");
     let sequences: Vec<&[u8]> = curve.iter().map(|m| m[1].as_slice()).collect();
     assert_eq!(sequences[0], 1u64.to_be_bytes(), "the first sequence is 1");
     assert_eq!(without_timestamps(curve), without_timestamps(plain));
@@ -371,4 +385,130 @@ fn every_config_error_names_its_flag_and_never_a_key() {
         assert!(!err.contains(&secret[..20]), "{err}");
         assert_eq!(config.validate().unwrap_err().to_string(), err);
     }
+}
+
+/// The error a watch::Subscriber gets from `endpoint`, within a generous bound.
+fn refusal(endpoint: &str, curve: Option<&CurveClient>) -> String {
+    let mut subscriber = Subscriber::connect_with(endpoint, 1000, curve).expect("connects");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        match subscriber.recv(Duration::from_millis(100)) {
+            Err(e @ WatchError::Refused(_)) => return e.to_string(),
+            Err(e) => panic!("{e}"),
+            Ok(batch) => assert!(batch.is_none(), "a refused subscriber got {batch:?}"),
+        }
+    }
+    panic!("no refusal within 30 s");
+}
+
+#[test]
+fn a_refused_subscriber_is_told_why_instead_of_waiting() {
+    let dir = TempDir::new("security-told");
+    let (server, _) = keys(&dir.0);
+    let endpoint = tcp_endpoint();
+    let _publisher = Publisher::create(&curve_config(&endpoint, &dir.0)).expect("binds");
+    let stranger = CurveClient {
+        server_key: server.public.clone(),
+        keys: KeyPair::generate().unwrap(),
+    };
+    let wrong_server = CurveClient {
+        server_key: KeyPair::generate().unwrap().public,
+        keys: stranger.keys.clone(),
+    };
+    for (curve, why) in [
+        (Some(&stranger), "status 400"),
+        // A mechanism mismatch, or the publisher closing twice: either way, CURVE is named.
+        (None, "CURVE"),
+        (Some(&wrong_server), "the server key is not the publisher's"),
+    ] {
+        let err = refusal(&endpoint, curve);
+        assert!(err.contains(why), "{err}");
+    }
+
+    let plain = tcp_endpoint();
+    let _fenced = Publisher::create(&Config {
+        null_allow_addresses: "127.0.0.1".into(),
+        ..common::config(&plain)
+    })
+    .expect("binds");
+    let port = plain.rsplit(':').next().unwrap();
+    let err = refusal(&format!("tcp://127.0.0.2:0;127.0.0.1:{port}"), None);
+    assert!(err.contains("status 400"), "{err}");
+}
+
+fn kv_events(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_kv-events"))
+        .args(args)
+        .output()
+        .expect("kv-events runs")
+}
+
+#[test]
+fn keygen_writes_a_secret_file_of_mode_0600_and_never_replaces_one() {
+    let dir = TempDir::new("security-keygen");
+    let name = dir.path("master-0").display().to_string();
+    let output = kv_events(&["keygen", &name]);
+    assert!(output.status.success(), "{output:?}");
+    let pair = mooncake_kv_events::keys::read_key_pair(&dir.path("master-0.key")).unwrap();
+    let public = mooncake_kv_events::keys::read_public_key(&dir.path("master-0.pub")).unwrap();
+    assert_eq!(pair.public, public);
+    let mode = |f: &str| std::fs::metadata(dir.path(f)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode("master-0.key"), 0o600);
+    assert!(!std::fs::read_to_string(dir.path("master-0.pub"))
+        .unwrap()
+        .contains("secret-key"));
+    // Nothing of the secret on the terminal.
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(&pair.secret.to_z85()));
+
+    let before = std::fs::read(dir.path("master-0.key")).unwrap();
+    let again = kv_events(&["keygen", &name]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("exists"));
+    assert_eq!(std::fs::read(dir.path("master-0.key")).unwrap(), before);
+}
+
+#[test]
+fn tail_reads_a_curve_stream_with_its_keys_and_exits_1_when_refused() {
+    let dir = TempDir::new("security-tail");
+    keys(&dir.0);
+    let endpoint = tcp_endpoint();
+    let publisher = Publisher::create(&curve_config(&endpoint, &dir.0)).expect("binds");
+    let server_pub = dir.path("server.pub").display().to_string();
+    let admitted = dir.path("allowed/indexer-a.key").display().to_string();
+    keygen(&dir.0, "stranger");
+    let stranger = dir.path("stranger.key").display().to_string();
+
+    let refused = kv_events(&[
+        "tail",
+        &endpoint,
+        "--curve-server-key",
+        &server_pub,
+        "--curve-secret-key",
+        &stranger,
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("refused this subscriber"), "{stderr}");
+
+    let mut tail = std::process::Command::new(env!("CARGO_BIN_EXE_kv-events"))
+        .args(["tail", &endpoint, "--count", "2", "--curve-server-key"])
+        .args([&server_pub, "--curve-secret-key", &admitted])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tail starts");
+    // Publish until the tail has joined and printed its two events.
+    let mut i = 0;
+    let status = loop {
+        if let Some(status) = tail.try_wait().unwrap() {
+            break status;
+        }
+        publisher.on_put_commit("", format!("k{i}"), "", MediumSet::from([Medium::Cpu]));
+        i += 1;
+        assert!(i < 3000, "the tail never printed two events");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let output = tail.wait_with_output().unwrap();
+    assert!(status.success(), "{output:?}");
+    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 2);
 }
