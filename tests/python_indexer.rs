@@ -1,8 +1,8 @@
 //! The example indexer of `examples/python/indexer.py`, run by Debian's Python
 //! (`/usr/bin/python3` with python3-zmq and python3-msgpack, see `scripts/install-deps.sh`):
 //! against the real publisher driven by `kv-events demo`, it must end with the index the
-//! demo's model of the master expects; and its gap and restart handling, unit-tested by
-//! `tests/python/test_indexer.py`.
+//! demo's model of the master expects, plainly and with CURVE keys; refused, it exits 1 with
+//! the reason; and its gap and restart handling, unit-tested by `tests/python/test_indexer.py`.
 
 mod common;
 
@@ -59,6 +59,73 @@ fn explain(what: &str, output: &Output) -> String {
 #[test]
 fn python_indexer_ends_with_the_index_the_demo_expects() {
     let dir = TempDir::new("python-indexer");
+    indexer_against_the_demo(&dir, &[], &[]);
+}
+
+#[test]
+fn python_indexer_reads_a_curve_stream_with_its_keys() {
+    let dir = TempDir::new("python-indexer-curve");
+    std::fs::create_dir(dir.path("allowed")).unwrap();
+    common::keygen(&dir.0, "master");
+    common::keygen(&dir.path("allowed"), "indexer");
+    let path = |name: &str| dir.path(name).display().to_string();
+    indexer_against_the_demo(
+        &dir,
+        &[
+            "--curve-secret-key",
+            &path("master.key"),
+            "--curve-allow",
+            &path("allowed"),
+        ],
+        &[
+            "--curve-server-key",
+            &path("master.pub"),
+            "--curve-secret-key",
+            &path("allowed/indexer.key"),
+        ],
+    );
+}
+
+#[test]
+fn python_indexer_exits_1_with_the_reason_when_refused() {
+    let dir = TempDir::new("python-indexer-refused");
+    std::fs::create_dir(dir.path("allowed")).unwrap();
+    common::keygen(&dir.0, "master");
+    common::keygen(&dir.path("allowed"), "someone");
+    common::keygen(&dir.0, "stranger");
+    let endpoint = common::tcp_endpoint();
+    let _publisher = mooncake_kv_events::Publisher::create(&mooncake_kv_events::Config {
+        curve_secret_key_file: dir.path("master.key").display().to_string(),
+        curve_allow: dir.path("allowed").display().to_string(),
+        ..common::config(&endpoint)
+    })
+    .expect("binds");
+    let output = python()
+        .arg(repo("examples/python/indexer.py"))
+        .arg(&endpoint)
+        .arg("--curve-server-key")
+        .arg(dir.path("master.pub"))
+        .arg("--curve-secret-key")
+        .arg(dir.path("stranger.key"))
+        .args(["--idle-timeout", "30"])
+        .output()
+        .expect("the indexer runs");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        explain("indexer", &output)
+    );
+    assert!(
+        text(&output.stderr).contains("the publisher refused this indexer"),
+        "{}",
+        explain("indexer", &output)
+    );
+}
+
+/// Runs the indexer (with `indexer_args`) against `kv-events demo` (with `demo_args`) on an
+/// ipc endpoint in `dir`, and checks that it ends with the index the demo expects.
+fn indexer_against_the_demo(dir: &TempDir, demo_args: &[&str], indexer_args: &[&str]) {
     let socket = dir.0.join("kv.sock");
     let endpoint = format!("ipc://{}", socket.display());
     let (actual, expected) = (dir.0.join("actual.json"), dir.0.join("expected.json"));
@@ -70,6 +137,7 @@ fn python_indexer_ends_with_the_index_the_demo_expects() {
         .arg(&endpoint)
         .args(["--idle-timeout", "5", "--dump"])
         .arg(&actual)
+        .args(indexer_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -89,6 +157,7 @@ fn python_indexer_ends_with_the_index_the_demo_expects() {
         .args(["demo", "--endpoint", &endpoint, "--objects", "300"])
         .args(["--wait", "1", "--dump-index"])
         .arg(&expected)
+        .args(demo_args)
         .output()
         .expect("kv-events runs");
     let mut indexer = indexer.wait_with_output().expect("the indexer exits");
