@@ -19,7 +19,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{keygen, raw_subscriber, tcp_endpoint, TempDir};
+use common::{curve_config, curve_keys, raw_subscriber, tcp_endpoint, TempDir};
 use mooncake_kv_events::keys::KeyPair;
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -113,23 +113,17 @@ fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(3_000_000);
     let dir = TempDir::new("bench-curve");
-    let server = keygen(&dir.0, "server");
-    std::fs::create_dir(dir.path("allowed")).unwrap();
-    let client = keygen(&dir.path("allowed"), "bench");
+    let (server, client) = curve_keys(&dir.0, "bench");
     let uptime = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at start: {}", uptime.trim());
     let mut results: Vec<(&str, Vec<Round>)> = vec![("plain", Vec::new()), ("CURVE", Vec::new())];
     for _ in 0..3 {
         for (mode, rounds) in &mut results {
-            let plain = common::config(&tcp_endpoint());
+            let endpoint = tcp_endpoint();
             let config = if *mode == "plain" {
-                plain
+                common::config(&endpoint)
             } else {
-                Config {
-                    curve_secret_key_file: dir.path("server.key").display().to_string(),
-                    curve_allow: dir.path("allowed").display().to_string(),
-                    ..plain
-                }
+                curve_config(&endpoint, &dir.0)
             };
             let curve = (*mode == "CURVE").then_some((&server, &client));
             let r = round(&config, curve, events);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "create_error.h"
 #include "test_support.h"
 
 namespace {
@@ -81,20 +82,6 @@ class KeyDir {
   std::vector<std::string> files_, dirs_;
 };
 
-// The message of the std::invalid_argument create(config) throws; fails if none.
-std::string invalid_argument(const kv::Config& config) {
-  try {
-    kv::Publisher::create(config);
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not std::invalid_argument: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "create() did not throw";
-  return "";
-}
-
 // A server key pair and one admitted subscriber's, as files in `dir`, with the config of a
 // CURVE publisher on a fresh tcp endpoint that admits only that subscriber.
 struct CurveSetup {
@@ -153,7 +140,7 @@ TEST(Security, EachBadFlagIsInvalidArgumentNamingItAndNoKey) {
   with("kv_events_ipc_mode", [](kv::Config& c) { c.ipc_mode = "\xff"; });  // not UTF-8
 
   for (const Case& c : cases) {
-    const std::string message = invalid_argument(c.config);
+    const std::string message = create_error<std::invalid_argument>(c.config);
     EXPECT_EQ(message.rfind(c.flag, 0), 0u) << message;
     EXPECT_EQ(message.find(secret.substr(0, 20)), std::string::npos) << message;
   }

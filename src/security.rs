@@ -33,15 +33,27 @@ const POLL: Duration = Duration::from_millis(100);
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 // The monitor events and protocol error codes of libzmq's zmq.h (4.3), which the `zmq` crate
-// does not re-export as numbers.
+// does not re-export as numbers; `watch` reads the same events on the subscriber's side.
 const EVENT_ACCEPTED: u32 = 0x0020;
 const EVENT_DISCONNECTED: u32 = 0x0200;
 const EVENT_MONITOR_STOPPED: u32 = 0x0400;
-const EVENT_HANDSHAKE_FAILED_NO_DETAIL: u32 = 0x0800;
-const EVENT_HANDSHAKE_FAILED_PROTOCOL: u32 = 0x2000;
-const EVENT_HANDSHAKE_FAILED_AUTH: u32 = 0x4000;
-const PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: u32 = 0x1100_0001;
-const PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: u32 = 0x1100_0002;
+pub(crate) const EVENT_HANDSHAKE_FAILED_NO_DETAIL: u32 = 0x0800;
+pub(crate) const EVENT_HANDSHAKE_SUCCEEDED: u32 = 0x1000;
+pub(crate) const EVENT_HANDSHAKE_FAILED_PROTOCOL: u32 = 0x2000;
+pub(crate) const EVENT_HANDSHAKE_FAILED_AUTH: u32 = 0x4000;
+pub(crate) const PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: u32 = 0x1100_0001;
+pub(crate) const PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: u32 = 0x1100_0002;
+
+/// A monitor event as libzmq sends it: frame 1 holds a 16-bit event and a 32-bit value
+/// (frame 2, the endpoint, is not needed here).
+pub(crate) fn monitor_event(frames: &[Vec<u8>]) -> Option<(u32, u32)> {
+    let head = frames.first().filter(|f| f.len() >= 6)?;
+    let event = u32::from(u16::from_ne_bytes([head[0], head[1]]));
+    Some((
+        event,
+        u32::from_ne_bytes([head[2], head[3], head[4], head[5]]),
+    ))
+}
 const MONITORED: i32 = (EVENT_ACCEPTED
     | EVENT_DISCONNECTED
     | EVENT_MONITOR_STOPPED
@@ -430,12 +442,9 @@ impl Handler {
         let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) else {
             return true;
         };
-        // Frame 1: a 16-bit event and a 32-bit value; frame 2: the endpoint.
-        let Some(head) = frames.first().filter(|f| f.len() >= 6) else {
+        let Some((event, value)) = monitor_event(&frames) else {
             return true;
         };
-        let event = u32::from(u16::from_ne_bytes([head[0], head[1]]));
-        let value = u32::from_ne_bytes([head[2], head[3], head[4], head[5]]);
         match event {
             EVENT_MONITOR_STOPPED => return false,
             EVENT_ACCEPTED => {

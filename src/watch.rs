@@ -3,6 +3,11 @@
 //! CURVE keys when the publisher has them, and a clear error when the publisher refuses it.
 
 use crate::keys::{self, Key, KeyPair};
+use crate::security::{
+    monitor_event, EVENT_HANDSHAKE_FAILED_AUTH, EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+    EVENT_HANDSHAKE_FAILED_PROTOCOL, EVENT_HANDSHAKE_SUCCEEDED, PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC,
+    PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
+};
 use rmpv::Value;
 use std::fmt;
 use std::path::Path;
@@ -97,13 +102,6 @@ impl CurveClient {
 
 /// Where a subscriber's own socket monitor publishes, in its own context.
 const MONITOR_ENDPOINT: &str = "inproc://kv-events-subscriber-monitor";
-// libzmq's zmq.h (4.3): the handshake events and the protocol errors a subscriber can tell.
-const EVENT_HANDSHAKE_FAILED_NO_DETAIL: u16 = 0x0800;
-const EVENT_HANDSHAKE_SUCCEEDED: u16 = 0x1000;
-const EVENT_HANDSHAKE_FAILED_PROTOCOL: u16 = 0x2000;
-const EVENT_HANDSHAKE_FAILED_AUTH: u16 = 0x4000;
-const PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC: u32 = 0x1100_0001;
-const PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH: u32 = 0x1100_0002;
 /// Handshakes in a row that end with the publisher closing the connection before that is
 /// taken for a refusal (a wrong server key, CURVE asked of a plain subscriber) rather than
 /// a publisher that went away in the middle of one.
@@ -155,7 +153,7 @@ impl Subscriber {
             | EVENT_HANDSHAKE_SUCCEEDED
             | EVENT_HANDSHAKE_FAILED_PROTOCOL
             | EVENT_HANDSHAKE_FAILED_AUTH;
-        socket.monitor(MONITOR_ENDPOINT, i32::from(events))?;
+        socket.monitor(MONITOR_ENDPOINT, events as i32)?;
         let monitor = context.socket(zmq::PAIR)?;
         monitor.set_linger(0)?;
         monitor.connect(MONITOR_ENDPOINT)?;
@@ -174,11 +172,9 @@ impl Subscriber {
     /// not let this subscriber in.
     fn check_handshakes(&mut self) -> Result<(), WatchError> {
         while let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) {
-            let Some(head) = frames.first().filter(|f| f.len() >= 6) else {
+            let Some((event, value)) = monitor_event(&frames) else {
                 continue;
             };
-            let event = u16::from_ne_bytes([head[0], head[1]]);
-            let value = u32::from_ne_bytes([head[2], head[3], head[4], head[5]]);
             let why = match event {
                 EVENT_HANDSHAKE_SUCCEEDED => {
                     self.closed_handshakes = 0;

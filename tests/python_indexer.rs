@@ -65,21 +65,19 @@ fn python_indexer_ends_with_the_index_the_demo_expects() {
 #[test]
 fn python_indexer_reads_a_curve_stream_with_its_keys() {
     let dir = TempDir::new("python-indexer-curve");
-    std::fs::create_dir(dir.path("allowed")).unwrap();
-    common::keygen(&dir.0, "master");
-    common::keygen(&dir.path("allowed"), "indexer");
+    common::curve_keys(&dir.0, "indexer");
     let path = |name: &str| dir.path(name).display().to_string();
     indexer_against_the_demo(
         &dir,
         &[
             "--curve-secret-key",
-            &path("master.key"),
+            &path("server.key"),
             "--curve-allow",
             &path("allowed"),
         ],
         &[
             "--curve-server-key",
-            &path("master.pub"),
+            &path("server.pub"),
             "--curve-secret-key",
             &path("allowed/indexer.key"),
         ],
@@ -89,22 +87,17 @@ fn python_indexer_reads_a_curve_stream_with_its_keys() {
 #[test]
 fn python_indexer_exits_1_with_the_reason_when_refused() {
     let dir = TempDir::new("python-indexer-refused");
-    std::fs::create_dir(dir.path("allowed")).unwrap();
-    common::keygen(&dir.0, "master");
-    common::keygen(&dir.path("allowed"), "someone");
+    common::curve_keys(&dir.0, "someone");
     common::keygen(&dir.0, "stranger");
     let endpoint = common::tcp_endpoint();
-    let _publisher = mooncake_kv_events::Publisher::create(&mooncake_kv_events::Config {
-        curve_secret_key_file: dir.path("master.key").display().to_string(),
-        curve_allow: dir.path("allowed").display().to_string(),
-        ..common::config(&endpoint)
-    })
-    .expect("binds");
+    let _publisher =
+        mooncake_kv_events::Publisher::create(&common::curve_config(&endpoint, &dir.0))
+            .expect("binds");
     let output = python()
         .arg(repo("examples/python/indexer.py"))
         .arg(&endpoint)
         .arg("--curve-server-key")
-        .arg(dir.path("master.pub"))
+        .arg(dir.path("server.pub"))
         .arg("--curve-secret-key")
         .arg(dir.path("stranger.key"))
         .args(["--idle-timeout", "30"])

@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{eventually, keygen, raw_messages, raw_subscriber, tcp_endpoint, TempDir};
+use common::{
+    curve_config, curve_keys, eventually, keygen, raw_messages, raw_subscriber, tcp_endpoint,
+    TempDir,
+};
 use mooncake_kv_events::keys::KeyPair;
 use mooncake_kv_events::watch::{CurveClient, Subscriber, WatchError};
 use mooncake_kv_events::{set_log_sink, Config, Medium, MediumSet, Publisher};
@@ -15,20 +18,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-fn curve_config(endpoint: &str, dir: &Path) -> Config {
-    Config {
-        curve_secret_key_file: dir.join("server.key").display().to_string(),
-        curve_allow: dir.join("allowed").display().to_string(),
-        ..common::config(endpoint)
-    }
-}
-
-/// A server key pair and an allow-list directory holding one subscriber's public key.
 fn keys(dir: &Path) -> (KeyPair, KeyPair) {
-    let server = keygen(dir, "server");
-    std::fs::create_dir(dir.join("allowed")).unwrap();
-    let admitted = keygen(&dir.join("allowed"), "indexer-a");
-    (server, admitted)
+    curve_keys(dir, "indexer-a")
 }
 
 /// The same calls whatever the publisher: every kind of event, in more than one batch.
@@ -112,7 +103,24 @@ fn an_admitted_subscriber_receives_the_plain_stream_byte_for_byte() {
     assert_eq!(without_timestamps(curve), without_timestamps(plain));
 }
 
-/// The log lines of this process that mention `needle`.
+/// Runs the workload once `subscriber`'s subscription has had time to reach the publisher
+/// (setup, not an assertion): the events sent, and those `subscriber` received.
+fn delivered(publisher: &Publisher, subscriber: &zmq::Socket) -> (usize, usize) {
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = workload(publisher);
+    let received = raw_messages(subscriber, Duration::from_millis(500))
+        .iter()
+        .map(|m| {
+            mooncake_kv_events::watch::decode_message(m)
+                .unwrap()
+                .2
+                .len()
+        })
+        .sum();
+    (sent, received)
+}
+
+/// Every log line of this process from now on.
 fn capture_log() -> Arc<Mutex<Vec<String>>> {
     let lines = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&lines);
@@ -141,18 +149,8 @@ fn refused_subscribers_get_nothing_and_each_refusal_is_counted_once() {
         "refused: {}",
         publisher.stats().refused_handshakes
     );
-    std::thread::sleep(Duration::from_millis(300)); // the admitted one's subscription, setup
-    let events = workload(&publisher);
-    let received: usize = raw_messages(&good, Duration::from_millis(500))
-        .iter()
-        .map(|m| {
-            mooncake_kv_events::watch::decode_message(m)
-                .unwrap()
-                .2
-                .len()
-        })
-        .sum();
-    assert_eq!(received, events, "the admitted subscriber gets everything");
+    let (sent, received) = delivered(&publisher, &good);
+    assert_eq!(received, sent, "the admitted subscriber gets everything");
     for (name, socket) in [
         ("no key", &no_key),
         ("not listed", &not_listed),
@@ -207,18 +205,8 @@ fn the_address_allow_list_admits_127_0_0_1_and_refuses_127_0_0_2() {
     let outsider = raw_subscriber(&format!("tcp://127.0.0.2:0;127.0.0.1:{port}"), None);
     let insider = raw_subscriber(&endpoint, None);
     assert!(eventually(|| publisher.stats().refused_handshakes >= 1));
-    std::thread::sleep(Duration::from_millis(300)); // the insider's subscription, setup
-    let events = workload(&publisher);
-    let received: usize = raw_messages(&insider, Duration::from_millis(500))
-        .iter()
-        .map(|m| {
-            mooncake_kv_events::watch::decode_message(m)
-                .unwrap()
-                .2
-                .len()
-        })
-        .sum();
-    assert_eq!(received, events);
+    let (sent, received) = delivered(&publisher, &insider);
+    assert_eq!(received, sent);
     assert!(raw_messages(&outsider, Duration::from_millis(200)).is_empty());
     assert_eq!(publisher.stats().refused_handshakes, 1);
 }
@@ -289,75 +277,39 @@ fn every_config_error_names_its_flag_and_never_a_key() {
         change(&mut config);
         config
     };
-    let cases: Vec<(Config, &str, &str)> = vec![
+    // A good server key with `allow` as the allow-list.
+    let allowing = |allow: &str| {
+        let mut config = common::config(&ep);
+        config.curve_secret_key_file = key_file.clone();
+        config.curve_allow = allow.to_owned();
+        config
+    };
+    let dir_path = dir.0.display().to_string();
+    let empty = empty_dir.display().to_string();
+    let mut cases: Vec<(Config, &str, &str)> = Vec::new();
+    for (path, reason) in [
+        ("/nonexistent/kv.key", "cannot read"),
+        (dir_path.as_str(), "cannot read"),
+        (bad_z85.as_str(), "not Z85"),
+        (short.as_str(), "40 characters"),
+        (public_only.as_str(), "no secret-key line"),
+    ] {
+        let config = with(&|c| c.curve_secret_key_file = path.to_owned(), &ep);
+        cases.push((config, "kv_events_curve_secret_key_file", reason));
+    }
+    for (allow, reason) in [
+        (empty.as_str(), "no .pub file"),
+        (bad_pub.as_str(), "40 characters"),
+        ("/nonexistent/allowed", "cannot read"),
+    ] {
+        cases.push((allowing(allow), "kv_events_curve_allow", reason));
+    }
+    let without_server_key = with(&|c| c.curve_allow = public_only.clone(), &ep);
+    cases.extend([
         (
-            with(
-                &|c| c.curve_secret_key_file = "/nonexistent/kv.key".into(),
-                &ep,
-            ),
-            "kv_events_curve_secret_key_file",
-            "cannot read",
-        ),
-        (
-            with(
-                &|c| c.curve_secret_key_file = dir.0.display().to_string(),
-                &ep,
-            ),
-            "kv_events_curve_secret_key_file",
-            "cannot read",
-        ),
-        (
-            with(&|c| c.curve_secret_key_file = bad_z85.clone(), &ep),
-            "kv_events_curve_secret_key_file",
-            "not Z85",
-        ),
-        (
-            with(&|c| c.curve_secret_key_file = short.clone(), &ep),
-            "kv_events_curve_secret_key_file",
-            "40 characters",
-        ),
-        (
-            with(&|c| c.curve_secret_key_file = public_only.clone(), &ep),
-            "kv_events_curve_secret_key_file",
-            "no secret-key line",
-        ),
-        (
-            with(&|c| c.curve_allow = public_only.clone(), &ep),
+            without_server_key,
             "kv_events_curve_allow",
             "needs kv_events_curve_secret_key_file",
-        ),
-        (
-            with(
-                &|c| {
-                    c.curve_secret_key_file = key_file.clone();
-                    c.curve_allow = empty_dir.display().to_string();
-                },
-                &ep,
-            ),
-            "kv_events_curve_allow",
-            "no .pub file",
-        ),
-        (
-            with(
-                &|c| {
-                    c.curve_secret_key_file = key_file.clone();
-                    c.curve_allow = bad_pub.clone();
-                },
-                &ep,
-            ),
-            "kv_events_curve_allow",
-            "40 characters",
-        ),
-        (
-            with(
-                &|c| {
-                    c.curve_secret_key_file = key_file.clone();
-                    c.curve_allow = "/nonexistent/allowed".into();
-                },
-                &ep,
-            ),
-            "kv_events_curve_allow",
-            "cannot read",
         ),
         (
             with(
@@ -377,7 +329,7 @@ fn every_config_error_names_its_flag_and_never_a_key() {
             "kv_events_ipc_mode",
             "octal",
         ),
-    ];
+    ]);
     for (config, flag, reason) in cases {
         let err = Publisher::create(&config).unwrap_err().to_string();
         assert!(err.starts_with(flag), "{err}");

@@ -115,6 +115,29 @@ pub fn keygen(dir: &std::path::Path, name: &str) -> mooncake_kv_events::keys::Ke
     pair
 }
 
+/// A server key pair (`<dir>/server.key`, `.pub`) and a subscriber's in the allow-list
+/// directory `<dir>/allowed/` (`<subscriber>.key`, `.pub`).
+pub fn curve_keys(
+    dir: &std::path::Path,
+    subscriber: &str,
+) -> (
+    mooncake_kv_events::keys::KeyPair,
+    mooncake_kv_events::keys::KeyPair,
+) {
+    let server = keygen(dir, "server");
+    std::fs::create_dir_all(dir.join("allowed")).unwrap();
+    (server, keygen(&dir.join("allowed"), subscriber))
+}
+
+/// An enabled config on `endpoint` that publishes with the keys of [`curve_keys`] in `dir`.
+pub fn curve_config(endpoint: &str, dir: &std::path::Path) -> Config {
+    Config {
+        curve_secret_key_file: dir.join("server.key").display().to_string(),
+        curve_allow: dir.join("allowed").display().to_string(),
+        ..config(endpoint)
+    }
+}
+
 /// A raw SUB socket on `endpoint`, subscribed to everything, as a CURVE client of
 /// `server_key` with `keys` when given. It makes one connection attempt only, so that each
 /// client is exactly one handshake for the publisher's count.
