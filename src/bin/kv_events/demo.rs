@@ -373,6 +373,7 @@ fn summary(
         ("queue_depth", stats.queue_depth),
         ("queue_capacity", stats.queue_capacity),
         ("last_sequence", stats.last_sequence),
+        ("refused_handshakes", stats.refused_handshakes),
     ] {
         let _ = writeln!(s, "  {label:<22} {value:>9}");
     }
