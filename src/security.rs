@@ -276,11 +276,18 @@ fn bind_ipc(socket: &zmq::Socket, path: &Path, mode: u32) -> Result<(), String> 
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
     };
-    let private = parent.join(format!(".kv-events-{}", std::process::id()));
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&private)
-        .map_err(|e| format!("cannot create {}: {e}", private.display()))?;
+    // A name of its own per bind: publishers of one process may bind at the same time, and a
+    // directory left by a process that crashed is never reused.
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let private = loop {
+        let n = NEXT.fetch_add(1, Relaxed);
+        let candidate = parent.join(format!(".kv-events-{}-{n}", std::process::id()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&candidate) {
+            Ok(()) => break candidate,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("cannot create {}: {e}", candidate.display())),
+        }
+    };
     let staged = private.join("s");
     let result = (|| {
         socket

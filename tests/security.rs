@@ -464,3 +464,24 @@ fn tail_reads_a_curve_stream_with_its_keys_and_exits_1_when_refused() {
     assert!(status.success(), "{output:?}");
     assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 2);
 }
+
+#[test]
+fn publishers_of_one_process_bind_ipc_endpoints_at_the_same_time() {
+    let dir = TempDir::new("security-ipc-parallel");
+    let publishers: Vec<Publisher> = std::thread::scope(|s| {
+        let binds: Vec<_> = (0..8)
+            .map(|i| {
+                let endpoint = format!("ipc://{}", dir.path(&format!("kv-{i}.sock")).display());
+                s.spawn(move || Publisher::create(&common::config(&endpoint)).expect("binds"))
+            })
+            .collect();
+        binds.into_iter().map(|b| b.join().unwrap()).collect()
+    });
+    assert_eq!(publishers.len(), 8);
+    let mut names: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 8, "{names:?}: no staging directory left");
+}
