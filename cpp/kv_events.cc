@@ -43,6 +43,10 @@ bridge::BridgeConfig to_bridge(const Config& c) {
   b.emit_object_key = c.emit_object_key;
   b.emit_legacy_compat = c.emit_legacy_compat;
   b.queue_capacity = c.queue_capacity;
+  b.curve_secret_key_file = utf8(c.curve_secret_key_file, "kv_events_curve_secret_key_file");
+  b.curve_allow = utf8(c.curve_allow, "kv_events_curve_allow");
+  b.null_allow_addresses = utf8(c.null_allow_addresses, "kv_events_null_allow_addresses");
+  b.ipc_mode = utf8(c.ipc_mode, "kv_events_ipc_mode");
   return b;
 }
 
@@ -133,6 +137,7 @@ Stats Publisher::stats() const noexcept {
   stats.queue_depth = s.queue_depth;
   stats.queue_capacity = s.queue_capacity;
   stats.last_sequence = s.last_sequence;
+  stats.refused_handshakes = s.refused_handshakes;
   return stats;
 }
 

@@ -21,7 +21,7 @@ inline std::string status_json(const Stats& s, bool built_with_kv_events) {
          field("cleared_suppressed", s.cleared_suppressed) +
          field("send_failures", s.send_failures) + field("queue_depth", s.queue_depth) +
          field("queue_capacity", s.queue_capacity) + field("last_sequence", s.last_sequence) +
-         "}";
+         field("refused_handshakes", s.refused_handshakes) + "}";
 }
 
 // The metrics of a publisher that has no Rust side: only the gauge that says so.

@@ -82,9 +82,18 @@ void expect_zero(const kv::Stats& s) {
   EXPECT_EQ(s.queue_depth, 0u);
   EXPECT_EQ(s.queue_capacity, 0u);
   EXPECT_EQ(s.last_sequence, 0u);
+  EXPECT_EQ(s.refused_handshakes, 0u);
 }
 
 TEST(Stats, DefaultIsDisabledAndZero) { expect_zero(kv::Stats{}); }
+
+TEST(Config, WhoMayReadTheStreamDefaultsToTodaysPlainStream) {
+  const kv::Config config;
+  EXPECT_TRUE(config.curve_secret_key_file.empty());
+  EXPECT_TRUE(config.curve_allow.empty());
+  EXPECT_TRUE(config.null_allow_addresses.empty());
+  EXPECT_EQ(config.ipc_mode, "0660");
+}
 
 TEST(DisabledPublisher, EveryCallReturnsAtOnceAndDoesNothing) {
   kv::Config config;  // enable_kv_events = false
@@ -117,7 +126,7 @@ TEST(DisabledPublisher, StatusJsonIsOneObjectWithEveryStatsField) {
   for (const char* key : {"built_with_kv_events", "enabled", "published_batches",
                           "published_events", "dropped_events", "skipped_keyless_events",
                           "cleared_suppressed", "send_failures", "queue_depth",
-                          "queue_capacity", "last_sequence"}) {
+                          "queue_capacity", "last_sequence", "refused_handshakes"}) {
     EXPECT_NE(json.find(std::string("\"") + key + "\":"), std::string::npos) << key << json;
   }
 }

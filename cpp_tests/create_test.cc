@@ -6,26 +6,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "create_error.h"
 #include "test_support.h"
 
 namespace {
 
 using namespace kv_events_test;
-
-// The message of the exception of type E that create(config) throws; fails if none.
-template <typename E>
-std::string create_error(const kv::Config& config) {
-  try {
-    kv::Publisher::create(config);
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "unexpected exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "create() did not throw";
-  return "";
-}
 
 TEST(Create, MissingEndpointIsInvalidArgumentNamingTheFlag) {
   kv::Config config = enabled_config();

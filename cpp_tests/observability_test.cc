@@ -102,7 +102,8 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   EXPECT_EQ(values.at(p + "cleared_suppressed_total"), 1u);
   EXPECT_EQ(values.at(p + "queue_capacity"), 4u);
   EXPECT_EQ(values.at(p + "last_sequence"), stats.last_sequence);
-  EXPECT_EQ(values.size(), 10u) << text;
+  EXPECT_EQ(values.at(p + "refused_handshakes_total"), 0u);
+  EXPECT_EQ(values.size(), 11u) << text;
   EXPECT_NE(text.find("# TYPE mooncake_kv_events_dropped_events_total counter\n"),
             std::string::npos);
 }

@@ -16,7 +16,21 @@ namespace {
 
 }  // namespace
 
-Subscriber::Subscriber(const std::string& endpoint)
+namespace {
+
+// Sets the CURVE client options of `socket` from `curve`; false if libzmq refused one.
+bool set_curve(void* socket, const CurveKeys& curve) {
+  return zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, curve.server_public.data(),
+                        curve.server_public.size()) == 0 &&
+         zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, curve.public_key.data(),
+                        curve.public_key.size()) == 0 &&
+         zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, curve.secret_key.data(),
+                        curve.secret_key.size()) == 0;
+}
+
+}  // namespace
+
+Subscriber::Subscriber(const std::string& endpoint, const CurveKeys* curve)
     : context_(zmq_ctx_new()), socket_(nullptr), monitor_(nullptr) {
   if (context_ == nullptr) zmq_fail("zmq_ctx_new");
   // Each Subscriber has its own context, so one inproc name serves them all.
@@ -32,6 +46,8 @@ Subscriber::Subscriber(const std::string& endpoint)
              zmq_setsockopt(monitor_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
              zmq_connect(monitor_, monitor) != 0) {
     failed = "monitor socket";
+  } else if (curve != nullptr && !set_curve(socket_, *curve)) {
+    failed = "CURVE keys";
   } else if (zmq_setsockopt(socket_, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
              zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
              zmq_setsockopt(socket_, ZMQ_SUBSCRIBE, "", 0) != 0 ||

@@ -12,11 +12,19 @@ namespace kv_events_test {
 // One multipart message: its frames, in order.
 using Message = std::vector<std::string>;
 
+// The keys of a CURVE subscriber, each 40 characters of Z85.
+struct CurveKeys {
+  std::string server_public;  // the publisher's public key
+  std::string public_key;     // this subscriber's
+  std::string secret_key;     // this subscriber's
+};
+
 class Subscriber {
  public:
   // Connects to `endpoint` and subscribes to everything, with a receive high-water mark
-  // large enough that no test message is dropped on this side.
-  explicit Subscriber(const std::string& endpoint);
+  // large enough that no test message is dropped on this side; as a CURVE client with
+  // `curve`'s keys when given.
+  explicit Subscriber(const std::string& endpoint, const CurveKeys* curve = nullptr);
   ~Subscriber();
   Subscriber(const Subscriber&) = delete;
   Subscriber& operator=(const Subscriber&) = delete;

@@ -40,8 +40,9 @@ Batch parse(const Message& frames) {
   return batch;
 }
 
-StreamReader::StreamReader(kv::Publisher& publisher, const std::string& endpoint)
-    : publisher_(publisher), subscriber_(endpoint) {
+StreamReader::StreamReader(kv::Publisher& publisher, const std::string& endpoint,
+                           const CurveKeys* curve)
+    : publisher_(publisher), subscriber_(endpoint, curve) {
   // Setup, not an assertion: the first sequence number a test checks makes a miss visible.
   subscriber_.wait_joined();
 }
@@ -66,9 +67,9 @@ std::vector<Batch> StreamReader::collect() {
 
 std::vector<Value> StreamReader::collect_events() { return events_of(collect()); }
 
-Session::Session(const kv::Config& config)
+Session::Session(const kv::Config& config, const CurveKeys* curve)
     : publisher_(kv::Publisher::create(config)),
-      reader_(std::make_unique<StreamReader>(*publisher_, config.bind_endpoint)) {}
+      reader_(std::make_unique<StreamReader>(*publisher_, config.bind_endpoint, curve)) {}
 
 std::vector<Value> events_of(const std::vector<Batch>& batches) {
   std::vector<Value> events;

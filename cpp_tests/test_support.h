@@ -41,7 +41,9 @@ class StreamReader {
  public:
   // Connects to `endpoint`, where `publisher` is bound, and waits until the subscription has
   // reached it, so that its next message is received. `publisher` must outlive the reader.
-  StreamReader(kv::Publisher& publisher, const std::string& endpoint);
+  // With `curve`, the subscriber is a CURVE client with those keys.
+  StreamReader(kv::Publisher& publisher, const std::string& endpoint,
+               const CurveKeys* curve = nullptr);
 
   Subscriber& subscriber() { return subscriber_; }
 
@@ -61,8 +63,10 @@ class StreamReader {
 // A publisher and a subscriber that has joined it, so that its first message is received.
 class Session {
  public:
-  // Creates the publisher from `config` (its endpoint is used as given).
-  explicit Session(const kv::Config& config = enabled_config());
+  // Creates the publisher from `config` (its endpoint is used as given); with `curve`, the
+  // subscriber is a CURVE client with those keys.
+  explicit Session(const kv::Config& config = enabled_config(),
+                   const CurveKeys* curve = nullptr);
 
   kv::Publisher& publisher() { return *publisher_; }
   Subscriber& subscriber() { return reader_->subscriber(); }

@@ -35,6 +35,25 @@ pub struct Config {
     /// `kv_events_queue_capacity`, default 65536: how many calls' events wait for the
     /// publishing thread before the oldest are dropped. Zero is refused.
     pub queue_capacity: u32,
+    /// `kv_events_curve_secret_key_file`, default empty (no encryption): the path of the
+    /// publisher's secret key file, as `kv-events keygen NAME` writes it (`NAME.key`). When
+    /// set, the PUB socket is a CURVE server (ZeroMQ RFC 26): only subscribers that know its
+    /// public key (`NAME.pub`) can read the stream. A path rather than the key itself, so the
+    /// secret never shows in `ps`, shell history or a dump of the flags.
+    pub curve_secret_key_file: String,
+    /// `kv_events_curve_allow`, default empty (any subscriber with the server's public key):
+    /// a subscriber's `.pub` file, or a directory whose `*.pub` files are the subscribers
+    /// admitted; every other handshake is refused. Needs `curve_secret_key_file`. Read at
+    /// creation.
+    pub curve_allow: String,
+    /// `kv_events_null_allow_addresses`, default empty (any address): comma-separated IP
+    /// addresses that may connect, e.g. `10.0.0.5,10.0.0.6`; every other peer is refused.
+    /// For `tcp://` endpoints; with CURVE a peer must pass both checks.
+    pub null_allow_addresses: String,
+    /// `kv_events_ipc_mode`, default `"0660"` (owner and group): the octal mode of the socket
+    /// file of an `ipc://` endpoint, set before any peer can reach it. A local user needs
+    /// write permission on the file to connect. Ignored for other endpoints.
+    pub ipc_mode: String,
 }
 
 impl Default for Config {
@@ -51,13 +70,19 @@ impl Default for Config {
             emit_object_key: true,
             emit_legacy_compat: true,
             queue_capacity: 65536,
+            curve_secret_key_file: String::new(),
+            curve_allow: String::new(),
+            null_allow_addresses: String::new(),
+            ipc_mode: "0660".into(),
         }
     }
 }
 
 impl Config {
     /// Checks what can be checked without binding: an enabled config needs an endpoint, a
-    /// backend id and a capacity above zero. A disabled config is always valid.
+    /// backend id and a capacity above zero; its key files must be readable and hold valid
+    /// keys, its address list valid addresses, its ipc mode an octal mode. A disabled config
+    /// is always valid.
     pub fn validate(&self) -> Result<(), CreateError> {
         if !self.enable_kv_events {
             return Ok(());
@@ -83,7 +108,7 @@ impl Config {
         if self.queue_capacity == 0 {
             return invalid("kv_events_queue_capacity", "must be at least 1");
         }
-        Ok(())
+        crate::security::Settings::from_config(self).map(|_| ())
     }
 }
 
@@ -93,7 +118,8 @@ impl fmt::Display for Config {
         write!(
             f,
             "bind_endpoint={:?} backend_id={:?} model_name={:?} block_size={} additional_salt={:?} \
-             lora_name={:?} dp_rank={} emit_object_key={} emit_legacy_compat={} queue_capacity={}",
+             lora_name={:?} dp_rank={} emit_object_key={} emit_legacy_compat={} queue_capacity={} \
+             curve_secret_key_file={:?} curve_allow={:?} null_allow_addresses={:?} ipc_mode={:?}",
             self.bind_endpoint,
             self.backend_id,
             self.model_name,
@@ -104,6 +130,11 @@ impl fmt::Display for Config {
             self.emit_object_key,
             self.emit_legacy_compat,
             self.queue_capacity,
+            // Paths and addresses only: the keys stay in their files.
+            self.curve_secret_key_file,
+            self.curve_allow,
+            self.null_allow_addresses,
+            self.ipc_mode,
         )
     }
 }

@@ -30,6 +30,10 @@ mod bridge {
         emit_object_key: bool,
         emit_legacy_compat: bool,
         queue_capacity: u32,
+        curve_secret_key_file: String,
+        curve_allow: String,
+        null_allow_addresses: String,
+        ipc_mode: String,
     }
 
     /// `crate::Stats`, field for field.
@@ -45,6 +49,7 @@ mod bridge {
         queue_depth: u64,
         queue_capacity: u64,
         last_sequence: u64,
+        refused_handshakes: u64,
     }
 
     unsafe extern "C++" {
@@ -126,6 +131,10 @@ impl From<&BridgeConfig> for Config {
             emit_object_key: c.emit_object_key,
             emit_legacy_compat: c.emit_legacy_compat,
             queue_capacity: c.queue_capacity,
+            curve_secret_key_file: c.curve_secret_key_file.clone(),
+            curve_allow: c.curve_allow.clone(),
+            null_allow_addresses: c.null_allow_addresses.clone(),
+            ipc_mode: c.ipc_mode.clone(),
         }
     }
 }
@@ -239,6 +248,7 @@ impl RustPublisher {
             queue_depth: s.queue_depth,
             queue_capacity: s.queue_capacity,
             last_sequence: s.last_sequence,
+            refused_handshakes: s.refused_handshakes,
         }
     }
 

@@ -77,6 +77,11 @@ impl RateLimited {
         }
     }
 
+    /// How many lines were counted but not written since the last one written.
+    pub(crate) fn suppressed(&self) -> u64 {
+        self.suppressed
+    }
+
     /// Logs `message()` unless a line went out less than an interval ago; then only counts.
     pub(crate) fn log(&mut self, level: Level, message: impl FnOnce() -> String) {
         let now = Instant::now();

@@ -6,6 +6,7 @@ use crate::event::{ClearedEvent, ObjectEvents};
 use crate::log::{log, Level};
 use crate::media::MediumSet;
 use crate::queue::{EventQueue, Record};
+use crate::security::{Guard, Settings};
 use crate::stats::{Counters, Stats};
 use crate::worker::Worker;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -49,6 +50,9 @@ pub struct Publisher {
 struct Enabled {
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// The thread that checks handshakes, when CURVE or an allow-list is on; stopped after
+    /// the publishing thread, once the PUB socket is closed.
+    guard: Mutex<Option<Guard>>,
     next_scan: AtomicU64,
 }
 
@@ -148,6 +152,12 @@ impl Publisher {
             endpoint: config.bind_endpoint.clone(),
             reason,
         };
+        let security = Settings::from_config(config)?;
+        let described = security.describe();
+        let shared = Arc::new(Shared::new(
+            EventQueue::new(config.queue_capacity as usize),
+            config.emit_object_key,
+        ));
         let context = zmq::Context::new();
         let socket = context
             .socket(zmq::PUB)
@@ -156,14 +166,15 @@ impl Publisher {
         socket
             .set_linger(0)
             .map_err(|e| endpoint_error(e.to_string()))?;
-        socket
-            .bind(&config.bind_endpoint)
-            .map_err(|e| endpoint_error(e.to_string()))?;
+        let guard = security
+            .bind(
+                &context,
+                &socket,
+                &config.bind_endpoint,
+                Arc::clone(&shared.counters.refused_handshakes),
+            )
+            .map_err(endpoint_error)?;
 
-        let shared = Arc::new(Shared::new(
-            EventQueue::new(config.queue_capacity as usize),
-            config.emit_object_key,
-        ));
         let worker = Worker::spawn(
             Arc::clone(&shared),
             socket,
@@ -174,7 +185,7 @@ impl Publisher {
         shared.queue.set_consumer(worker.thread().clone());
         log(
             Level::Info,
-            &format!("kv events publisher started: {config}"),
+            &format!("kv events publisher started: {config}; subscribers: {described}"),
         );
         if !config.emit_object_key {
             log(
@@ -187,6 +198,7 @@ impl Publisher {
             enabled: Some(Enabled {
                 shared,
                 worker: Mutex::new(Some(worker)),
+                guard: Mutex::new(guard),
                 next_scan: AtomicU64::new(1),
             }),
         })
@@ -364,6 +376,14 @@ impl Publisher {
         if let Some(worker) = worker {
             let _ = worker.join();
         }
+        // The PUB socket is closed: no handshake is left to check.
+        drop(
+            enabled
+                .guard
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
         // A call that saw the publisher open may have pushed after the thread's last look.
         shared.stopped.store(true, SeqCst);
         let late = shared.drop_queued();

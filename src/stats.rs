@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 /// A snapshot of the publisher's counters. Every count starts at 0 when the publisher is
 /// created; a disabled publisher reports `enabled: false` and zeros.
@@ -30,6 +31,11 @@ pub struct Stats {
     pub queue_capacity: u64,
     /// The transport sequence of the last message sent, 0 before the first.
     pub last_sequence: u64,
+    /// Subscriber handshakes refused or failed since creation (CURVE or an allow-list on):
+    /// a key or address not admitted, no CURVE or the wrong server key, a connection that
+    /// ended mid-handshake. One per handshake; a refused subscriber that retries adds one
+    /// per attempt.
+    pub refused_handshakes: u64,
 }
 
 /// The counters behind [`Stats`], shared by the callers and the publishing thread.
@@ -44,6 +50,9 @@ pub(crate) struct Counters {
     pub(crate) cleared_suppressed: AtomicU64,
     pub(crate) send_failures: AtomicU64,
     pub(crate) last_sequence: AtomicU64,
+    /// Its own allocation, shared with the thread `kv-events-zap` that counts it, so the
+    /// callers' counters stay where they were.
+    pub(crate) refused_handshakes: Arc<AtomicU64>,
 }
 
 impl Counters {
@@ -63,6 +72,7 @@ impl Counters {
             queue_depth: queue_depth as u64,
             queue_capacity: queue_capacity as u64,
             last_sequence: self.last_sequence.load(Relaxed),
+            refused_handshakes: self.refused_handshakes.load(Relaxed),
         }
     }
 }
@@ -78,7 +88,7 @@ impl Stats {
 /// type, help, and the field it reads.
 type Metric = (&'static str, &'static str, &'static str, fn(&Stats) -> u64);
 
-const METRICS: [Metric; 10] = [
+const METRICS: [Metric; 11] = [
     (
         "enabled",
         "gauge",
@@ -139,6 +149,12 @@ const METRICS: [Metric; 10] = [
         "Transport sequence of the last message sent.",
         |s| s.last_sequence,
     ),
+    (
+        "refused_handshakes_total",
+        "counter",
+        "Subscriber handshakes refused or failed (CURVE, allow-lists).",
+        |s| s.refused_handshakes,
+    ),
 ];
 
 impl Stats {
@@ -174,7 +190,7 @@ mod tests {
         assert_eq!(json["enabled"], true);
         assert_eq!(json["dropped_events"], 3);
         assert_eq!(json["queue_capacity"], 64);
-        assert_eq!(json.as_object().unwrap().len(), 10);
+        assert_eq!(json.as_object().unwrap().len(), 11);
     }
 
     #[test]
@@ -190,7 +206,7 @@ mod tests {
         assert!(text.contains("\nmooncake_kv_events_dropped_events_total 7\n"));
         assert!(text.contains("\nmooncake_kv_events_queue_depth 2\n"));
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
-        assert_eq!(samples, 10);
-        assert_eq!(text.lines().filter(|l| l.starts_with("# HELP")).count(), 10);
+        assert_eq!(samples, 11);
+        assert_eq!(text.lines().filter(|l| l.starts_with("# HELP")).count(), 11);
     }
 }

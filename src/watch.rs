@@ -1,9 +1,17 @@
 //! The subscriber's side: a SUB socket that reads the stream the way an indexer would,
-//! decoding each message with `rmpv`, a reader that shares nothing with the encoder.
+//! decoding each message with `rmpv`, a reader that shares nothing with the encoder; with
+//! CURVE keys when the publisher has them, and a clear error when the publisher refuses it.
 
+use crate::keys::{self, Key, KeyPair};
+use crate::security::{
+    monitor_event, EVENT_HANDSHAKE_FAILED_AUTH, EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+    EVENT_HANDSHAKE_FAILED_PROTOCOL, EVENT_HANDSHAKE_SUCCEEDED, PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC,
+    PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
+};
 use rmpv::Value;
 use std::fmt;
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// One message of the stream, decoded.
 #[derive(Clone, Debug, PartialEq)]
@@ -47,6 +55,9 @@ pub enum WatchError {
     Socket(zmq::Error),
     /// The message does not follow the wire format.
     Malformed(String),
+    /// The publisher refused this subscriber's handshake, or the handshake cannot succeed;
+    /// says why, as far as ZeroMQ lets a subscriber know.
+    Refused(String),
 }
 
 impl fmt::Display for WatchError {
@@ -54,6 +65,7 @@ impl fmt::Display for WatchError {
         match self {
             WatchError::Socket(e) => write!(f, "socket error: {e}"),
             WatchError::Malformed(why) => write!(f, "malformed message: {why}"),
+            WatchError::Refused(why) => write!(f, "the publisher refused this subscriber: {why}"),
         }
     }
 }
@@ -66,10 +78,43 @@ impl From<zmq::Error> for WatchError {
     }
 }
 
+/// The keys a subscriber presents to a publisher that speaks CURVE.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CurveClient {
+    /// The publisher's public key (its `NAME.pub`).
+    pub server_key: Key,
+    /// The subscriber's own key pair (its `NAME.key`), whose public half the publisher's
+    /// allow-list must hold.
+    pub keys: KeyPair,
+}
+
+impl CurveClient {
+    /// Reads the publisher's `.pub` file and the subscriber's own `.key` file. The error
+    /// names the file and what is wrong, never a key.
+    pub fn from_files(server_key: &Path, secret_key: &Path) -> Result<CurveClient, String> {
+        keys::curve_available()?;
+        Ok(CurveClient {
+            server_key: keys::read_public_key(server_key)?,
+            keys: keys::read_key_pair(secret_key)?,
+        })
+    }
+}
+
+/// Where a subscriber's own socket monitor publishes, in its own context.
+const MONITOR_ENDPOINT: &str = "inproc://kv-events-subscriber-monitor";
+/// Handshakes in a row that end with the publisher closing the connection before that is
+/// taken for a refusal (a wrong server key, CURVE asked of a plain subscriber) rather than
+/// a publisher that went away in the middle of one.
+const CLOSED_HANDSHAKES_REFUSED: u32 = 2;
+
 /// A SUB socket connected to a publisher, subscribed to everything.
 pub struct Subscriber {
     _context: zmq::Context,
     socket: zmq::Socket,
+    /// Receives the SUB socket's handshake events, so a refusal is an error, not silence.
+    monitor: zmq::Socket,
+    curve: bool,
+    closed_handshakes: u32,
     last_sequence: Option<u64>,
 }
 
@@ -85,24 +130,118 @@ impl Subscriber {
     /// Connects to `endpoint`. The receive high-water mark is raised to `rcvhwm` messages so
     /// a subscriber that keeps up loses nothing to its own buffer.
     pub fn connect(endpoint: &str, rcvhwm: i32) -> Result<Subscriber, zmq::Error> {
+        Subscriber::connect_with(endpoint, rcvhwm, None)
+    }
+
+    /// [`Subscriber::connect`], as a CURVE client with `curve`'s keys when given.
+    pub fn connect_with(
+        endpoint: &str,
+        rcvhwm: i32,
+        curve: Option<&CurveClient>,
+    ) -> Result<Subscriber, zmq::Error> {
         let context = zmq::Context::new();
         let socket = context.socket(zmq::SUB)?;
         socket.set_rcvhwm(rcvhwm)?;
         socket.set_linger(0)?;
         socket.set_subscribe(b"")?;
+        if let Some(curve) = curve {
+            socket.set_curve_serverkey(&curve.server_key.0)?;
+            socket.set_curve_publickey(&curve.keys.public.0)?;
+            socket.set_curve_secretkey(&curve.keys.secret.0)?;
+        }
+        let events = EVENT_HANDSHAKE_FAILED_NO_DETAIL
+            | EVENT_HANDSHAKE_SUCCEEDED
+            | EVENT_HANDSHAKE_FAILED_PROTOCOL
+            | EVENT_HANDSHAKE_FAILED_AUTH;
+        socket.monitor(MONITOR_ENDPOINT, events as i32)?;
+        let monitor = context.socket(zmq::PAIR)?;
+        monitor.set_linger(0)?;
+        monitor.connect(MONITOR_ENDPOINT)?;
         socket.connect(endpoint)?;
         Ok(Subscriber {
             _context: context,
             socket,
+            monitor,
+            curve: curve.is_some(),
+            closed_handshakes: 0,
             last_sequence: None,
         })
     }
 
-    /// Waits up to `timeout` for the next message: `Ok(None)` when none came.
+    /// Takes the handshake events that arrived; an error when one says the publisher will
+    /// not let this subscriber in.
+    fn check_handshakes(&mut self) -> Result<(), WatchError> {
+        while let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) {
+            let Some((event, value)) = monitor_event(&frames) else {
+                continue;
+            };
+            let why = match event {
+                EVENT_HANDSHAKE_SUCCEEDED => {
+                    self.closed_handshakes = 0;
+                    continue;
+                }
+                EVENT_HANDSHAKE_FAILED_AUTH => format!(
+                    "it answered the handshake with status {value}: this subscriber's public \
+                     key or address is not on its allow-list"
+                ),
+                EVENT_HANDSHAKE_FAILED_PROTOCOL => match value {
+                    PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH if self.curve => {
+                        "it does not use CURVE (connect without CURVE keys)".to_owned()
+                    }
+                    PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH => {
+                        "it requires CURVE: give its public key and a key pair of this \
+                         subscriber's (--curve-server-key, --curve-secret-key)"
+                            .to_owned()
+                    }
+                    PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC => {
+                        "the CURVE handshake does not decrypt: the server key is not the \
+                         publisher's"
+                            .to_owned()
+                    }
+                    other => format!("ZMTP protocol error 0x{other:08x} in the handshake"),
+                },
+                EVENT_HANDSHAKE_FAILED_NO_DETAIL => {
+                    self.closed_handshakes += 1;
+                    if self.closed_handshakes < CLOSED_HANDSHAKES_REFUSED {
+                        continue;
+                    }
+                    format!(
+                        "it closed the connection during the handshake {} times in a row: {}",
+                        self.closed_handshakes,
+                        if self.curve {
+                            "the server key is not the publisher's, or it does not use CURVE"
+                        } else {
+                            "it probably requires CURVE (--curve-server-key, --curve-secret-key)"
+                        }
+                    )
+                }
+                _ => continue,
+            };
+            return Err(WatchError::Refused(why));
+        }
+        Ok(())
+    }
+
+    /// Waits up to `timeout` for the next message: `Ok(None)` when none came;
+    /// [`WatchError::Refused`] as soon as a handshake says the publisher refuses this
+    /// subscriber.
     pub fn recv(&mut self, timeout: Duration) -> Result<Option<Batch>, WatchError> {
-        let millis = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-        if self.socket.poll(zmq::POLLIN, millis)? == 0 {
-            return Ok(None);
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_handshakes()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            let millis = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+            let mut items = [
+                self.socket.as_poll_item(zmq::POLLIN),
+                self.monitor.as_poll_item(zmq::POLLIN),
+            ];
+            zmq::poll(&mut items, millis)?;
+            if items[0].is_readable() {
+                break;
+            }
+            if !items[1].is_readable() && Instant::now() >= deadline {
+                return Ok(None);
+            }
         }
         let frames = self.socket.recv_multipart(0)?;
         let (sequence, timestamp_ms, events, dp_rank) = decode_message(&frames)?;

@@ -117,7 +117,9 @@ impl Worker {
         let linger = deadline.saturating_duration_since(Instant::now());
         let _ = self.socket.set_linger(linger.as_millis() as i32);
         // Dropping the socket and with it the last handle on its context waits, at most the
-        // linger, for ZeroMQ to hand queued messages to subscribers.
+        // linger, for ZeroMQ to hand queued messages to subscribers. With CURVE or an
+        // allow-list, the last handle is the thread kv-events-zap's, which shutdown joins
+        // next: the wait happens there, within the same bound.
         drop(self.socket);
         // ZeroMQ leaves the file of an ipc endpoint behind; it is ours, as binding replaced
         // whatever was there.

@@ -1,9 +1,12 @@
 //! The example indexer of `examples/python/indexer.py`, run by Debian's Python
 //! (`/usr/bin/python3` with python3-zmq and python3-msgpack, see `scripts/install-deps.sh`):
 //! against the real publisher driven by `kv-events demo`, it must end with the index the
-//! demo's model of the master expects; and its gap and restart handling, unit-tested by
-//! `tests/python/test_indexer.py`.
+//! demo's model of the master expects, plainly and with CURVE keys; refused, it exits 1 with
+//! the reason; and its gap and restart handling, unit-tested by `tests/python/test_indexer.py`.
 
+mod common;
+
+use common::TempDir;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -38,23 +41,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A directory of its own for one test's files, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("kv-events-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a temporary directory");
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 fn read_json(path: &Path) -> Value {
     let bytes =
         std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
@@ -73,6 +59,66 @@ fn explain(what: &str, output: &Output) -> String {
 #[test]
 fn python_indexer_ends_with_the_index_the_demo_expects() {
     let dir = TempDir::new("python-indexer");
+    indexer_against_the_demo(&dir, &[], &[]);
+}
+
+#[test]
+fn python_indexer_reads_a_curve_stream_with_its_keys() {
+    let dir = TempDir::new("python-indexer-curve");
+    common::curve_keys(&dir.0, "indexer");
+    let path = |name: &str| dir.path(name).display().to_string();
+    indexer_against_the_demo(
+        &dir,
+        &[
+            "--curve-secret-key",
+            &path("server.key"),
+            "--curve-allow",
+            &path("allowed"),
+        ],
+        &[
+            "--curve-server-key",
+            &path("server.pub"),
+            "--curve-secret-key",
+            &path("allowed/indexer.key"),
+        ],
+    );
+}
+
+#[test]
+fn python_indexer_exits_1_with_the_reason_when_refused() {
+    let dir = TempDir::new("python-indexer-refused");
+    common::curve_keys(&dir.0, "someone");
+    common::keygen(&dir.0, "stranger");
+    let endpoint = common::tcp_endpoint();
+    let _publisher =
+        mooncake_kv_events::Publisher::create(&common::curve_config(&endpoint, &dir.0))
+            .expect("binds");
+    let output = python()
+        .arg(repo("examples/python/indexer.py"))
+        .arg(&endpoint)
+        .arg("--curve-server-key")
+        .arg(dir.path("server.pub"))
+        .arg("--curve-secret-key")
+        .arg(dir.path("stranger.key"))
+        .args(["--idle-timeout", "30"])
+        .output()
+        .expect("the indexer runs");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        explain("indexer", &output)
+    );
+    assert!(
+        text(&output.stderr).contains("the publisher refused this indexer"),
+        "{}",
+        explain("indexer", &output)
+    );
+}
+
+/// Runs the indexer (with `indexer_args`) against `kv-events demo` (with `demo_args`) on an
+/// ipc endpoint in `dir`, and checks that it ends with the index the demo expects.
+fn indexer_against_the_demo(dir: &TempDir, demo_args: &[&str], indexer_args: &[&str]) {
     let socket = dir.0.join("kv.sock");
     let endpoint = format!("ipc://{}", socket.display());
     let (actual, expected) = (dir.0.join("actual.json"), dir.0.join("expected.json"));
@@ -84,6 +130,7 @@ fn python_indexer_ends_with_the_index_the_demo_expects() {
         .arg(&endpoint)
         .args(["--idle-timeout", "5", "--dump"])
         .arg(&actual)
+        .args(indexer_args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -103,6 +150,7 @@ fn python_indexer_ends_with_the_index_the_demo_expects() {
         .args(["demo", "--endpoint", &endpoint, "--objects", "300"])
         .args(["--wait", "1", "--dump-index"])
         .arg(&expected)
+        .args(demo_args)
         .output()
         .expect("kv-events runs");
     let mut indexer = indexer.wait_with_output().expect("the indexer exits");

@@ -118,6 +118,18 @@ struct Config {
   // How many calls' events wait for the publishing thread before the oldest are dropped.
   // 0 is refused.
   uint32_t queue_capacity = 65536;
+  // Who may read the stream (README "Flags", docs/security.md). All empty: a plain PUB that
+  // anyone who reaches the port reads.
+  // The path of the publisher's secret key file as `kv-events keygen NAME` writes it
+  // (NAME.key): the socket speaks CURVE, and only subscribers with NAME.pub can read it.
+  std::string curve_secret_key_file;
+  // A subscriber's .pub file, or a directory of them: only those keys are admitted. Needs
+  // curve_secret_key_file.
+  std::string curve_allow;
+  // Comma-separated IP addresses that may connect (tcp:// endpoints); others are refused.
+  std::string null_allow_addresses;
+  // The octal mode of an ipc:// socket file; the default lets the owner and group connect.
+  std::string ipc_mode = "0660";
 };
 
 // A snapshot of the publisher's counters; all zero and `enabled == false` when disabled.
@@ -135,6 +147,8 @@ struct Stats {
   uint64_t queue_depth = 0;           // calls whose events wait in the queue now
   uint64_t queue_capacity = 0;        // calls the queue holds before dropping the oldest
   uint64_t last_sequence = 0;         // transport sequence of the last message, 0 before any
+  uint64_t refused_handshakes = 0;    // subscriber handshakes refused or failed (CURVE,
+                                      // allow-lists), one per attempt
 };
 
 // How much a log line matters.
@@ -142,7 +156,8 @@ enum class LogLevel : uint8_t { kDebug, kInfo, kWarning, kError };
 
 // Where the library's log lines go: the effective configuration at start (info), the warning
 // that emit_object_key=false suppresses every stored/removed, send failures (at most one line
-// per 10 s, with the count of the others) and events dropped at shutdown (warning).
+// per 10 s, with the count of the others), refused subscriber handshakes with the peer's
+// address and the reason (warning, as rate-limited) and events dropped at shutdown (warning).
 //
 // Installs `sink` for every publisher in the process, replacing any earlier one. It is called
 // from the master's threads and from the publishing thread, so it must be thread-safe; it
@@ -199,8 +214,11 @@ class MOONCAKE_KV_EVENTS_API Publisher {
   // nothing and return at once; the stub never throws here.
   // Enabled config: binds the PUB socket and starts the publishing thread. Throws
   // std::invalid_argument naming the flag when bind_endpoint or backend_id is empty,
-  // queue_capacity is 0 or a string is not valid UTF-8, and std::runtime_error naming the
-  // endpoint and the reason when it cannot be bound (unparsable, address in use, ...).
+  // queue_capacity is 0 or a string is not valid UTF-8, a key file cannot be read or holds
+  // no valid key, curve_allow is set without curve_secret_key_file, CURVE is asked of a libzmq
+  // without it, an address or ipc_mode is malformed (never quoting a key); and
+  // std::runtime_error naming the endpoint and the reason when it cannot be bound
+  // (unparsable, address in use, ...).
   static std::unique_ptr<Publisher> create(const Config& config);
 
   Publisher(const Publisher&) = delete;

@@ -1,5 +1,6 @@
-//! `kv-events`: watch the KV event stream of a running publisher (`tail`), or try one with
-//! a synthetic master workload and a watcher that checks it saw every event (`demo`).
+//! `kv-events`: watch the KV event stream of a running publisher (`tail`), try one with a
+//! synthetic master workload and a watcher that checks it saw every event (`demo`), or make
+//! the CURVE keys that protect a stream (`keygen`).
 //!
 //! Run `kv-events --help` for the usage. Exit status: 0 done, 1 runtime error, 2 usage
 //! error.
@@ -9,6 +10,8 @@
 mod args;
 #[path = "kv_events/demo.rs"]
 mod demo;
+#[path = "kv_events/keygen.rs"]
+mod keygen;
 #[path = "kv_events/master.rs"]
 mod master;
 #[path = "kv_events/tail.rs"]
@@ -23,6 +26,7 @@ fn main() -> ExitCode {
     let outcome = match args::parse() {
         Command::Tail(tail) => tail::run(&tail),
         Command::Demo(demo) => demo::run(&demo),
+        Command::Keygen { name } => keygen::run(&name),
         Command::Completions { shell } => args::print_completions(shell),
     };
     match outcome {

@@ -84,3 +84,108 @@ pub fn assert_silent(subscriber: &mut Subscriber) {
         .expect("a well-formed message");
     assert!(extra.is_none(), "unexpected message: {extra:?}");
 }
+
+/// A directory of its own for one test's files, removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("kv-events-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        TempDir(dir)
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A fresh key pair written as `kv-events keygen` writes it: `<dir>/<name>.key` and
+/// `<dir>/<name>.pub`.
+pub fn keygen(dir: &std::path::Path, name: &str) -> mooncake_kv_events::keys::KeyPair {
+    let pair = mooncake_kv_events::keys::KeyPair::generate().expect("libzmq has CURVE");
+    mooncake_kv_events::keys::write_key_files(&dir.join(name), &pair).expect("key files");
+    pair
+}
+
+/// A server key pair (`<dir>/server.key`, `.pub`) and a subscriber's in the allow-list
+/// directory `<dir>/allowed/` (`<subscriber>.key`, `.pub`).
+pub fn curve_keys(
+    dir: &std::path::Path,
+    subscriber: &str,
+) -> (
+    mooncake_kv_events::keys::KeyPair,
+    mooncake_kv_events::keys::KeyPair,
+) {
+    let server = keygen(dir, "server");
+    std::fs::create_dir_all(dir.join("allowed")).unwrap();
+    (server, keygen(&dir.join("allowed"), subscriber))
+}
+
+/// An enabled config on `endpoint` that publishes with the keys of [`curve_keys`] in `dir`.
+pub fn curve_config(endpoint: &str, dir: &std::path::Path) -> Config {
+    Config {
+        curve_secret_key_file: dir.join("server.key").display().to_string(),
+        curve_allow: dir.join("allowed").display().to_string(),
+        ..config(endpoint)
+    }
+}
+
+/// A raw SUB socket on `endpoint`, subscribed to everything, as a CURVE client of
+/// `server_key` with `keys` when given. It makes one connection attempt only, so that each
+/// client is exactly one handshake for the publisher's count.
+pub fn raw_subscriber(
+    endpoint: &str,
+    curve: Option<(
+        &mooncake_kv_events::keys::Key,
+        &mooncake_kv_events::keys::KeyPair,
+    )>,
+) -> zmq::Socket {
+    let context = zmq::Context::new();
+    let socket = context.socket(zmq::SUB).expect("a SUB socket");
+    socket.set_rcvhwm(1_000_000).unwrap();
+    socket.set_linger(0).unwrap();
+    socket.set_reconnect_ivl(-1).unwrap();
+    socket.set_subscribe(b"").unwrap();
+    if let Some((server, keys)) = curve {
+        socket.set_curve_serverkey(&server.0).unwrap();
+        socket.set_curve_publickey(&keys.public.0).unwrap();
+        socket.set_curve_secretkey(&keys.secret.0).unwrap();
+    }
+    socket.connect(endpoint).expect("connect");
+    socket
+}
+
+/// Every message `socket` receives until none comes for `quiet`, frame by frame.
+pub fn raw_messages(socket: &zmq::Socket, quiet: Duration) -> Vec<Vec<Vec<u8>>> {
+    let mut messages = Vec::new();
+    while socket.poll(zmq::POLLIN, quiet.as_millis() as i64).unwrap() > 0 {
+        messages.push(socket.recv_multipart(0).unwrap());
+    }
+    messages
+}
+
+/// Waits, up to a generous bound, until `condition` holds; false if it never did.
+pub fn eventually(mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    condition()
+}
+
+/// A free TCP endpoint on loopback, for tests that need a peer address.
+pub fn tcp_endpoint() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    format!("tcp://127.0.0.1:{}", listener.local_addr().unwrap().port())
+}

@@ -20,6 +20,7 @@ macro_rules! demo_examples {
         "  kv-events demo
   kv-events demo --wait 10        # time to start a tail in another terminal
   kv-events demo --objects 300 --dump-index expected.json
+  kv-events demo --curve-secret-key master-0.key --curve-allow allowed/
 "
     };
 }
@@ -34,6 +35,15 @@ macro_rules! tail_examples {
   kv-events tail tcp://master-0:5557 --key-prefix llama/ --count 100 | jq -c .object_key
   kv-events tail tcp://master-0:5557 --stats                     # rates, gaps, sequence
   kv-events tail tcp://master-0:5557 --stats --tenant default --type stored
+  kv-events tail tcp://master-0:5557 --curve-server-key master-0.pub --curve-secret-key indexer-a.key
+"
+    };
+}
+
+macro_rules! keygen_examples {
+    () => {
+        "  kv-events keygen master-0        # master-0.key (secret, mode 0600) and master-0.pub
+  kv-events keygen keys/indexer-a  # then copy indexer-a.pub into the master's allow directory
 "
     };
 }
@@ -58,7 +68,8 @@ macro_rules! completions_examples {
   0  tail: stopped by --count or --idle-timeout, or the reader of its stdout went away;
      demo: the watcher saw every published event, with no gap
   1  runtime error: cannot connect or bind, a socket error, a malformed message, a
-     file that cannot be written; demo: the watcher missed events or saw a gap
+     file that cannot be written or read, a bad key file; tail: the publisher refused
+     it; keygen: a file exists; demo: the watcher missed events or saw a gap
   2  usage error: unknown command or option, a missing or bad value (with the usage,
      on stderr)
   An interrupted tail (Ctrl-C) ends as the signal ends any command.
@@ -67,6 +78,7 @@ Examples:
 ",
         demo_examples!(),
         tail_examples!(),
+        keygen_examples!(),
         completions_examples!()
     )
 )]
@@ -98,6 +110,19 @@ pub(crate) enum Command {
     /// event with no gap.
     #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", demo_examples!()))]
     Demo(DemoArgs),
+    /// Write a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub
+    ///
+    /// NAME.key holds the secret and the public key: give it to the one process it is for
+    /// (the master's --kv_events_curve_secret_key_file, or a subscriber's --curve-secret-key)
+    /// and to nobody else. NAME.pub holds the public key: give the master's to its
+    /// subscribers (--curve-server-key), and put a subscriber's in the master's allow-list
+    /// (--kv_events_curve_allow). Never replaces an existing file.
+    #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", keygen_examples!()))]
+    Keygen {
+        /// The files' path without extension, e.g. master-0 or keys/indexer-a
+        #[arg(value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+        name: PathBuf,
+    },
     /// Print the completion script of a shell on stdout
     #[command(after_help = concat!("Examples:\n", completions_examples!()))]
     Completions {
@@ -141,6 +166,14 @@ pub(crate) struct TailArgs {
     /// second before exit.
     #[arg(long, verbatim_doc_comment)]
     pub(crate) stats: bool,
+    /// The publisher's public key file (its NAME.pub): read a CURVE stream
+    #[arg(long, value_name = "FILE", requires = "curve_secret_key",
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+    pub(crate) curve_server_key: Option<PathBuf>,
+    /// This subscriber's key file (its NAME.key), whose .pub the publisher admits
+    #[arg(long, value_name = "FILE", requires = "curve_server_key",
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+    pub(crate) curve_secret_key: Option<PathBuf>,
 }
 
 impl TailArgs {
@@ -185,6 +218,18 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "FILE", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) dump_index: Option<PathBuf>,
+    /// The publisher's key file (NAME.key): publish with CURVE
+    ///
+    /// The watcher reads the stream as a CURVE client with a key pair of its own.
+    #[arg(long, value_name = "FILE", verbatim_doc_comment,
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+    pub(crate) curve_secret_key: Option<PathBuf>,
+    /// Admit only these subscribers: a .pub file or a directory of them
+    ///
+    /// The demo's own watcher is admitted too, with a key made for the run.
+    #[arg(long, value_name = "PATH", requires = "curve_secret_key", verbatim_doc_comment,
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+    pub(crate) curve_allow: Option<PathBuf>,
 }
 
 /// Which of the events it reads a watcher prints; it counts them all.
@@ -398,6 +443,8 @@ mod tests {
                 show: Show::All,
                 wait: Duration::ZERO,
                 dump_index: None,
+                curve_secret_key: None,
+                curve_allow: None,
             }
         );
         assert_eq!(
@@ -445,9 +492,17 @@ mod tests {
             ("demo --wait soon", "wants seconds"),
             ("demo --endpoint=", "a value is required"),
             ("demo extra", "unexpected argument 'extra'"),
+            ("demo --curve-allow a/", "--curve-secret-key <FILE>"),
+            (
+                "tail a --curve-server-key s.pub",
+                "--curve-secret-key <FILE>",
+            ),
+            ("keygen", "<NAME>"),
         ] {
             let usage = match words.split_whitespace().next() {
-                Some(command @ ("tail" | "demo")) => format!("Usage: kv-events {command} "),
+                Some(command @ ("tail" | "demo" | "keygen")) => {
+                    format!("Usage: kv-events {command} ")
+                }
                 _ => "Usage: kv-events <COMMAND>".to_owned(),
             };
             let err = error(words);

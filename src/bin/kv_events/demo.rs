@@ -4,7 +4,8 @@
 use crate::args::{DemoArgs, Show};
 use crate::master::{self, Counts, Master};
 use crate::view::{connect_form, View, RCVHWM};
-use mooncake_kv_events::watch::Subscriber;
+use mooncake_kv_events::keys::{self, KeyPair};
+use mooncake_kv_events::watch::{CurveClient, Subscriber};
 use mooncake_kv_events::{Config, Publisher, Stats};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -37,13 +38,27 @@ type Watched = (View, Option<String>);
 
 /// Runs the demo. `Err` says why it failed, in one sentence.
 pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
-    let config = Config {
+    let mut config = Config {
         enable_kv_events: true,
         bind_endpoint: args.endpoint.clone(),
         backend_id: BACKEND_ID.into(),
         model_name: MODEL_NAME.into(),
         block_size: BLOCK_SIZE,
         ..Config::default()
+    };
+    // Removed when the demo ends: the allow-list of the run, with the watcher's key in it.
+    let mut run_dir = None;
+    let watcher_keys = match &args.curve_secret_key {
+        None => None,
+        Some(secret) => {
+            let (client, allow) = curve_setup(secret, args.curve_allow.as_deref())?;
+            config.curve_secret_key_file = secret.display().to_string();
+            if let Some(allow) = allow {
+                config.curve_allow = allow.0.display().to_string();
+                run_dir = Some(allow);
+            }
+            Some(client)
+        }
     };
     let publisher = Publisher::create(&config)
         .map_err(|e| format!("cannot start the publisher: {e} (pick another with --endpoint)"))?;
@@ -52,13 +67,26 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
         "kv-events demo: publishing on {} as backend_id \"{BACKEND_ID}\", model_name \
          \"{MODEL_NAME}\", block_size {BLOCK_SIZE}\n\
          To watch it from another terminal (start it, then run the demo again, or give the \
-         demo --wait 10):\n    {} tail {}\n",
+         demo --wait 10):\n    {} tail {}{}\n",
         args.endpoint,
         program(),
         shell_word(&endpoint),
+        match &args.curve_secret_key {
+            None => String::new(),
+            Some(secret) => format!(
+                " --curve-server-key {} --curve-secret-key YOURS.key\n\
+                 The stream is encrypted with CURVE{}.",
+                shell_word(&secret.with_extension("pub").display().to_string()),
+                if args.curve_allow.is_some() {
+                    "; YOURS.pub must be on --curve-allow"
+                } else {
+                    ""
+                }
+            ),
+        },
     ));
 
-    let subscriber = Subscriber::connect(&endpoint, RCVHWM)
+    let subscriber = Subscriber::connect_with(&endpoint, RCVHWM, watcher_keys.as_ref())
         .map_err(|e| format!("the watcher cannot connect to {endpoint}: {e}"))?;
     let (to_watcher, orders) = mpsc::channel();
     let show = args.show;
@@ -89,6 +117,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
         .join()
         .map_err(|_| "the watcher thread panicked".to_owned())?;
     publisher.shutdown();
+    drop(run_dir);
     let stats = publisher.stats();
 
     say(&summary(args, &master, &view, &stats, started));
@@ -119,6 +148,49 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
     } else {
         Err(problems.join("; "))
     }
+}
+
+/// A directory the demo made for one run, removed when dropped.
+#[derive(Debug)]
+struct RunDir(std::path::PathBuf);
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The watcher's CURVE keys for a publisher whose key file is `secret`: the publisher's
+/// public key and a key pair made for the run. With `allow`, also the allow-list the
+/// publisher gets: the `.pub` files of `allow` (a file or a directory) copied into a
+/// private directory, with the watcher's own public key beside them, so that the demo
+/// still watches its own stream.
+fn curve_setup(
+    secret: &Path,
+    allow: Option<&Path>,
+) -> Result<(CurveClient, Option<RunDir>), String> {
+    let server = keys::read_key_pair(secret).map_err(|why| format!("--curve-secret-key: {why}"))?;
+    let watcher = KeyPair::generate()?;
+    let client = CurveClient {
+        server_key: server.public,
+        keys: watcher.clone(),
+    };
+    let Some(allow) = allow else {
+        return Ok((client, None));
+    };
+    let listed = keys::read_allow_list(allow).map_err(|why| format!("--curve-allow: {why}"))?;
+    let dir =
+        RunDir(std::env::temp_dir().join(format!("kv-events-demo-allow-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir(&dir.0).map_err(|e| format!("cannot create {}: {e}", dir.0.display()))?;
+    for (i, (file, _)) in listed.iter().enumerate() {
+        let copy = dir.0.join(format!("{i}.pub"));
+        std::fs::copy(file, &copy).map_err(|e| format!("cannot copy {}: {e}", file.display()))?;
+    }
+    keys::write_key_files(&dir.0.join("demo-watcher"), &watcher)?;
+    // The watcher's secret stays in memory; the run's directory needs only its .pub.
+    let _ = std::fs::remove_file(dir.0.join("demo-watcher.key"));
+    Ok((client, Some(dir)))
 }
 
 /// The watcher thread: reads and prints like `tail` until its stop order is met.
@@ -301,6 +373,7 @@ fn summary(
         ("queue_depth", stats.queue_depth),
         ("queue_capacity", stats.queue_capacity),
         ("last_sequence", stats.last_sequence),
+        ("refused_handshakes", stats.refused_handshakes),
     ] {
         let _ = writeln!(s, "  {label:<22} {value:>9}");
     }

@@ -3,7 +3,7 @@
 
 use crate::args::{Show, TailArgs};
 use crate::view::{connect_form, Tally, View, RCVHWM};
-use mooncake_kv_events::watch::Subscriber;
+use mooncake_kv_events::watch::{CurveClient, Subscriber, WatchError};
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
@@ -32,7 +32,11 @@ enum Failure {
 /// Runs `tail` until its limits say stop. `Err` is a runtime failure, said in one sentence.
 pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
     let endpoint = connect_form(&args.endpoint);
-    let mut subscriber = Subscriber::connect(&endpoint, RCVHWM)
+    let curve = match (&args.curve_server_key, &args.curve_secret_key) {
+        (Some(server), Some(own)) => Some(CurveClient::from_files(server, own)?),
+        _ => None,
+    };
+    let mut subscriber = Subscriber::connect_with(&endpoint, RCVHWM, curve.as_ref())
         .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
     let (stdout, stderr) = (io::stdout(), io::stderr());
     let (mut out, mut err) = (stdout.lock(), stderr.lock());
@@ -144,8 +148,11 @@ fn watch(
         let wait = Duration::from_millis(
             u64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
         );
-        let batch = subscriber.recv(wait).map_err(|e| {
-            Failure::Error(format!("reading {}: {e}", connect_form(&args.endpoint)))
+        let batch = subscriber.recv(wait).map_err(|e| match e {
+            WatchError::Refused(_) => {
+                Failure::Error(format!("{}: {e}", connect_form(&args.endpoint)))
+            }
+            e => Failure::Error(format!("reading {}: {e}", connect_form(&args.endpoint))),
         })?;
         if let Some(batch) = batch {
             last_message = Instant::now();
