@@ -12,7 +12,8 @@
 #  5. starts the real mooncake_master with KV events on, drives it with a real Mooncake client
 #     (clientctl over TCP: mount, 4 Puts, a Get, a Remove, a RemoveAll), watches the stream
 #     with `kv-events tail`, and compares what arrived, the status endpoint and the metrics
-#     with what those operations publish;
+#     with what those operations publish; then again with CURVE and an allow-list, where a
+#     second tail whose key is not on the list must be refused, counted, and read nothing;
 #  6. starts the OFF master with --enable_kv_events=true and checks it says once, in its
 #     log, that events are not built in.
 #
@@ -163,22 +164,47 @@ start_master() { # start_master MASTER LOG FLAG...: starts a master on fresh por
   wait_for 30 curl -sf "http://127.0.0.1:$metrics_port/health"
 }
 
-live_check() {
-  local kv_events="$check_dir/cargo/release/kv-events"
-  CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
-    --manifest-path "$kit_root/Cargo.toml" --bin kv-events
-  local endpoint="tcp://127.0.0.1:$(free_port)"
-  start_master "$prefix/bin/mooncake_master" "$check_dir/master-on.out" \
+kv_events="$check_dir/cargo/release/kv-events"
+live_check() { # live_check plain|curve: curve adds the security flags, an admitted and a refused tail
+  local variant=$1 out="$check_dir/$1"
+  rm -rf "$out" && mkdir -p "$out"
+  # From the crate's directory, so that its .cargo/config.toml links the system libzmq (built
+  # with CURVE) rather than the copy zmq-sys would compile without it.
+  (cd "$kit_root" && CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
+    --bin kv-events)
+  local endpoint="tcp://127.0.0.1:$(free_port)" security=() admitted=()
+  if [ "$variant" = curve ]; then
+    mkdir "$out/allowed"
+    "$kv_events" keygen "$out/master"
+    "$kv_events" keygen "$out/indexer"
+    "$kv_events" keygen "$out/stranger"
+    cp "$out/indexer.pub" "$out/allowed/"
+    security=(--kv_events_curve_secret_key_file="$out/master.key"
+      --kv_events_curve_allow="$out/allowed")
+    admitted=(--curve-server-key "$out/master.pub" --curve-secret-key "$out/indexer.key")
+  fi
+  start_master "$prefix/bin/mooncake_master" "$out/master.out" \
     --enable_kv_events=true --kv_events_bind_endpoint="$endpoint" \
-    --kv_events_backend_id=live-check --kv_events_model_name=check-model
+    --kv_events_backend_id=live-check --kv_events_model_name=check-model "${security[@]}"
   echo "master: rpc 127.0.0.1:$rpc_port, metrics :$metrics_port, events $endpoint"
 
-  local events="$check_dir/events.jsonl"
-  "$kv_events" tail "$endpoint" --idle-timeout 6 >"$events" 2>"$check_dir/tail.err" &
+  local events="$out/events.jsonl"
+  "$kv_events" tail "$endpoint" --idle-timeout 6 "${admitted[@]}" >"$events" 2>"$out/tail.err" &
   local tail_pid=$!
   pids+=($tail_pid)
-  wait_for 10 grep -q watching "$check_dir/tail.err"
+  wait_for 10 grep -q watching "$out/tail.err"
   sleep 1 # ZeroMQ's slow joiner: the subscription reaches the PUB socket
+  if [ "$variant" = curve ]; then
+    # A key the allow-list does not hold: the tail must fail, saying why, having read nothing.
+    if "$kv_events" tail "$endpoint" --idle-timeout 6 --curve-server-key "$out/master.pub" \
+      --curve-secret-key "$out/stranger.key" >"$out/stranger.jsonl" 2>"$out/stranger.err"; then
+      echo "a subscriber whose key is not on the allow-list was not refused" >&2
+      return 1
+    fi
+    cat "$out/stranger.err"
+    grep -q "the publisher refused this subscriber" "$out/stranger.err"
+    [ ! -s "$out/stranger.jsonl" ]
+  fi
 
   local client_port
   client_port=$(free_port)
@@ -186,16 +212,29 @@ live_check() {
     "put c1 k1 v1" "put c1 k2 v2" "put c1 k3 v3" "put c1 k4 v4" "get c1 k1" \
     "delete c1 k2" "remove-all c1 force" "terminate" |
     "$on/mooncake-store/tests/e2e/clientctl" --master_server_entry="127.0.0.1:$rpc_port" \
-      --engine_meta_url=P2PHANDSHAKE --protocol=tcp >"$check_dir/clientctl.out" 2>"$check_dir/clientctl.err"
-  cat "$check_dir/clientctl.out"
-  grep -q "Successfully removed all: 3 objects" "$check_dir/clientctl.out"
+      --engine_meta_url=P2PHANDSHAKE --protocol=tcp >"$out/clientctl.out" 2>"$out/clientctl.err"
+  cat "$out/clientctl.out"
+  grep -q "Successfully removed all: 3 objects" "$out/clientctl.out"
   wait "$tail_pid"
 
-  curl -sf "http://127.0.0.1:$metrics_port/kv_events/status" >"$check_dir/status.json"
-  curl -sf "http://127.0.0.1:$metrics_port/metrics" >"$check_dir/metrics.txt"
-  python3 "$here/compare_live.py" "$events" "$check_dir/status.json" "$check_dir/metrics.txt"
+  curl -sf "http://127.0.0.1:$metrics_port/kv_events/status" >"$out/status.json"
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" >"$out/metrics.txt"
+  python3 "$here/compare_live.py" "$events" "$out/status.json" "$out/metrics.txt"
+  if [ "$variant" = curve ]; then
+    # The refusal is counted, in the status and in the metrics.
+    grep -Eq '"refused_handshakes":[1-9]' "$out/status.json"
+    grep -Eq '^mooncake_kv_events_refused_handshakes_total [1-9]' "$out/metrics.txt"
+    local secret
+    secret=$(sed -n 's/^ *secret-key = "\(.*\)"$/\1/p' "$out/master.key")
+    [ ${#secret} -eq 40 ]
+    if grep -qF -e "$secret" "$out/master.out" "$out/status.json" "$out/metrics.txt"; then
+      echo "the master's secret key shows in its log, status or metrics" >&2
+      return 1
+    fi
+  fi
 }
-step live-on live_check
+step live-on live_check plain
+step live-curve live_check curve
 
 off_check() {
   start_master "$off/mooncake-store/src/mooncake_master" "$check_dir/master-off.out" \
