@@ -12,7 +12,8 @@
 //     as ratios, with the CPU per event of each thread;
 //   - the highest offered rate sustained with no drop and no gap at the default capacity;
 //   - CPU-seconds per million published events (this process only);
-//   - memory: a full default queue, and RSS over a flood.
+//   - memory: a full default queue, and RSS over a flood;
+//   - the burst of a RemoveAll: a million removals flat out, how much of it arrives and when.
 // It reports; it asserts nothing about time. `--smoke` (a ctest) checks only that every phase
 // runs and the subscriber received events. `--syscall-probe` is the producer loop alone, for
 // scripts/bench_syscalls.sh to run under strace.
@@ -172,7 +173,9 @@ struct Options {
   bool tsc = true;
   bool library_only = false;       // skip the baseline and the raw senders (for profiling)
   std::string shape = "synthetic64";  // the tenant, key and group of every call (kShapes)
-  std::vector<std::string> phases = {"memory", "latency", "throughput", "sustained", "flood"};
+  uint64_t removeall_calls = 1000000;  // calls of the removeall burst
+  std::vector<std::string> phases = {"memory",    "latency", "throughput",
+                                     "sustained", "flood",   "removeall"};
   // --syscall-probe
   bool syscall_probe = false;
   uint64_t probe_calls = 1000000;  // per producer thread
@@ -215,8 +218,10 @@ Benchmarks mooncake/kv_events.h (issue 5) with a subscriber in a child process, 
   --duration S       seconds of one step of the sustained-rate search (default 10)
   --search-start R   first offered rate of the search, calls/s (default 1000000)
   --flood S          seconds of the RSS flood (default 60)
-  --phases LIST      any of memory,latency,throughput,sustained,flood (default all, run in
-                     that order)
+  --removeall-calls N
+                     calls of the removeall burst (default 1000000; --smoke 20000)
+  --phases LIST      any of memory,latency,throughput,sustained,flood,removeall (default all,
+                     run in that order)
   --shape NAME       tenant, key and group of every call in every phase and in the syscall
                      probe (default synthetic64; scripts/bench.sh --shapes runs each in turn):
 %s  --clock tsc|steady what times a call (default tsc when invariant, else steady_clock)
@@ -271,7 +276,8 @@ Options parse(int argc, char** argv) {
                flag == "--rate" || flag == "--period" || flag == "--throughput" ||
                flag == "--duration" || flag == "--search-start" || flag == "--flood" ||
                flag == "--phases" || flag == "--clock" || flag == "--probe-calls" ||
-               flag == "--probe-rate" || flag == "--probe-warmup" || flag == "--shape") {
+               flag == "--probe-rate" || flag == "--probe-warmup" || flag == "--shape" ||
+               flag == "--removeall-calls") {
       explicit_values.emplace_back(flag, value());
     } else {
       usage(("unknown option " + flag).c_str());
@@ -290,6 +296,7 @@ Options parse(int argc, char** argv) {
     o.duration = 0.2;
     o.search_steps = 1;
     o.flood_seconds = 1;
+    o.removeall_calls = 20000;
   }
   // Explicit flags win over the mode's values, whatever their order.
   for (const auto& [flag, text] : explicit_values) {
@@ -322,7 +329,7 @@ Options parse(int argc, char** argv) {
       o.phases = split(text);
       for (const std::string& p : o.phases) {
         if (p != "memory" && p != "latency" && p != "throughput" && p != "sustained" &&
-            p != "flood") {
+            p != "flood" && p != "removeall") {
           usage(("unknown phase " + p).c_str());
         }
       }
@@ -338,6 +345,8 @@ Options parse(int argc, char** argv) {
     } else if (flag == "--shape") {
       if (find_shape(text) == nullptr) usage(("unknown shape " + text).c_str());
       o.shape = text;
+    } else if (flag == "--removeall-calls") {
+      o.removeall_calls = std::max<uint64_t>(1, static_cast<uint64_t>(number(flag.c_str(), v)));
     }
   }
   return o;
@@ -1213,7 +1222,8 @@ void memory_phase(const Options& o) {
   }
 }
 
-// Runs last: RSS of the process, sampled every second, while one thread floods the queue.
+// Runs after the steady phases: RSS of the process, sampled every second, while one thread
+// floods the queue.
 void flood_phase(const Options& o) {
   const Workload& w = workload();
   std::printf("\n== RSS under a flood: default queue, one producer flat out, subscriber "
@@ -1267,6 +1277,79 @@ void flood_phase(const Options& o) {
         counts.missing);
     expect_events("flood", counts);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phase 6: the burst of a RemoveAll
+
+// A RemoveAll of a large tenant: the master's loop makes one on_medium_delta(before {cpu},
+// after {}) per object, back to back, far faster than any steady workload: the burst of real
+// use most likely to overrun the default queue. One producer makes them as fast as it can and
+// the subscriber counts what arrives and when. on_remove_all is not called: its one `cleared`
+// would follow the burst, and is not the load.
+void removeall_phase(const Options& o) {
+  const Workload& w = workload();
+  std::printf(
+      "\n== RemoveAll burst: %s on_medium_delta(tenant, key, group, {cpu}, {}) calls, one "
+      "producer flat out,\n"
+      "   default queue (65536 calls), subscriber attached; shape %s;\n"
+      "   no on_remove_all at the end (a real RemoveAll would follow with one cleared event, "
+      "which is not the load).\n"
+      "   offered: calls / producer time; delivered: events received / time from the first "
+      "call to the last\n"
+      "   event received; tail: from the producer's last call to the last event received\n\n",
+      si(static_cast<double>(o.removeall_calls)).c_str(), w.describe().c_str());
+  std::string endpoint;
+  auto library = create_library(65536, endpoint);
+  Target t = library_target(*library);
+  auto subscriber = attach(endpoint, t);
+  t.flush();
+  subscriber->sync(t.last_sequence());
+  const kv::Stats before = library->stats();
+  uint64_t first_ns = 0, last_ns = 0;
+  run_threads(1, [&](int) {
+    const kv::MediumSet none;
+    auto call = [&library, none, tenant = w.tenant, group = w.group](std::string_view key) {
+      library->on_medium_delta(tenant, key, group, kCpu, none);
+    };
+    first_ns = steady_ns();
+    untimed_producer(call, 0, o.period_us, 0, UINT64_MAX, o.removeall_calls, 0);
+    last_ns = steady_ns();
+  });
+  t.flush();
+  const kv::Stats after = library->stats();
+  // The subscriber stamps messages with CLOCK_MONOTONIC, the clock of steady_ns().
+  const SubscriberCounts counts = subscriber->report(after.last_sequence);
+  // One removed event per call: what was not received was either dropped by the queue (the
+  // library's count) or handed to the socket and lost behind it (at a high-water mark).
+  const double calls = static_cast<double>(o.removeall_calls);
+  const uint64_t dropped = after.dropped_events - before.dropped_events;
+  const uint64_t handed = after.published_events - before.published_events;
+  const uint64_t lost = handed > counts.events ? handed - counts.events : 0;
+  // Rates over nanoseconds of CLOCK_MONOTONIC; an empty span (nothing received) gives 0.
+  auto per_second = [](double count, uint64_t from_ns, uint64_t to_ns) {
+    return to_ns > from_ns ? count * 1e9 / static_cast<double>(to_ns - from_ns) : 0.0;
+  };
+  const double offered = per_second(calls, first_ns, last_ns);
+  const double delivered =
+      per_second(static_cast<double>(counts.events), first_ns, counts.last_ns);
+  const double tail_ms =
+      counts.last_ns == 0
+          ? 0
+          : (static_cast<double>(counts.last_ns) - static_cast<double>(last_ns)) / 1e6;
+  std::printf(
+      "offered %s calls/s (%.1f ms of calls); delivered %s events/s; tail %.1f ms after the "
+      "last call\n"
+      "  %" PRIu64 " calls: %" PRIu64 " received, %.2f%% not received = %.2f%% dropped by the "
+      "queue (%" PRIu64 ") + %.2f%% lost after the socket (%" PRIu64 ")\n"
+      "  subscriber gaps: %" PRIu64 " sequence numbers (one per event dropped by the queue, "
+      "one per message lost)\n",
+      si(offered).c_str(), static_cast<double>(last_ns - first_ns) / 1e6, si(delivered).c_str(),
+      tail_ms, o.removeall_calls, counts.events,
+      100.0 * (1.0 - static_cast<double>(counts.events) / calls),
+      100.0 * static_cast<double>(dropped) / calls, dropped,
+      100.0 * static_cast<double>(lost) / calls, lost, counts.missing);
+  expect_events("removeall", counts);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1356,6 +1439,8 @@ int main(int argc, char** argv) {
     if (wants(o, "sustained")) sustained_phase(o);
     std::fflush(stdout);
     if (wants(o, "flood")) flood_phase(o);
+    std::fflush(stdout);
+    if (wants(o, "removeall")) removeall_phase(o);
     std::printf("\ndone in %.1f s; load average %s at the end\n", now_seconds() - t0,
                 loadavg().c_str());
   } catch (const std::exception& e) {
