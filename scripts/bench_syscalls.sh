@@ -13,7 +13,12 @@
 #   flat-out  2 threads as fast as they can, no warm-up: the publishing thread, slowed by
 #             strace, falls behind, so this is mostly the full-queue (drop-oldest) path.
 #
-# Usage: scripts/bench_syscalls.sh [--quick]   (--quick: 250k and 1M calls)
+# Each call carries the tenant, key and group of one key shape (kv_events_bench --help lists
+# them): synthetic64 unless --shape names another; --shapes runs the whole table once per shape
+# (synthetic64, vllm, sglang, max256, key1k), each under a header naming its byte counts.
+#
+# Usage: scripts/bench_syscalls.sh [--quick] [--shape NAME | --shapes]
+#   (--quick: 250k and 1M calls)
 # Needs strace (Debian: apt-get install strace). Builds build/bench like scripts/bench.sh,
 # unless KV_EVENTS_BENCH names a kv_events_bench binary.
 set -euo pipefail
@@ -25,10 +30,20 @@ if ! command -v strace >/dev/null; then
 fi
 small=1000000
 large=4000000
-if [[ "${1:-}" == "--quick" ]]; then
-  small=250000
-  large=1000000
-fi
+shapes=(synthetic64)
+while (($#)); do
+  case "$1" in
+    --quick) small=250000; large=1000000 ;;
+    --shape)
+      [[ $# -ge 2 ]] || { echo "bench_syscalls.sh: --shape wants a name" >&2; exit 2; }
+      shapes=("$2")
+      shift
+      ;;
+    --shapes) shapes=(synthetic64 vllm sglang max256 key1k) ;;
+    *) echo "usage: scripts/bench_syscalls.sh [--quick] [--shape NAME | --shapes]" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 bench="${KV_EVENTS_BENCH:-}"
 if [[ -z "$bench" ]]; then
@@ -48,38 +63,53 @@ count() {
        END { for (k in n) printf "%s=%d\n", k, n[k] }' "$1" | sort
 }
 
-echo "uptime: $(uptime)"
-printf '%-9s %10s %7s %9s %9s  %s\n' mode calls/thr thread syscalls pacing \
-  "by name (the library's; the pacing's clock_nanosleep apart)"
-for mode in warm cold flat-out; do
-  case "$mode" in
-    warm) options=(--probe-rate 125000 --probe-warmup 70000) ;;
-    cold) options=(--probe-rate 125000) ;;
-    *) options=() ;;
-  esac
-  for calls in "$small" "$large"; do
-    rm -f "$work"/trace.*
-    strace -f -ff -qq -o "$work/trace" -- \
-      "$bench" --syscall-probe --threads 2 --probe-calls "$calls" "${options[@]}" >"$work/out"
-    read -r -a tids <<<"$(awk '/^producer_tids/ { $1 = ""; print }' "$work/out")"
-    dropped="$(awk '/^dropped_in_loop/ { print $2 }' "$work/out")"
-    for i in "${!tids[@]}"; do
-      names="$(count "$work/trace.${tids[$i]}")"
-      pacing="$(awk -F= '$1 == "clock_nanosleep" { print $2 }' <<<"$names")"
-      library="$(grep -v '^clock_nanosleep=' <<<"$names" || true)"
-      total="$(awk -F= 'NF == 2 { s += $2 } END { print s + 0 }' <<<"$library")"
-      printf '%-9s %10s %7s %9s %9s  %s\n' "$mode" "$calls" "#$i" "$total" "${pacing:-0}" \
-        "$(tr '\n' ' ' <<<"$library")"
+# table <shape>: the runs of every mode and call count with that shape's calls, one row per
+# producer thread, under a header that names what the calls carry (the first run says).
+table() {
+  local shape="$1" header=1 mode calls options tids dropped i names pacing library total
+  for mode in warm cold flat-out; do
+    case "$mode" in
+      warm) options=(--probe-rate 125000 --probe-warmup 70000) ;;
+      cold) options=(--probe-rate 125000) ;;
+      *) options=() ;;
+    esac
+    for calls in "$small" "$large"; do
+      rm -f "$work"/trace.*
+      strace -f -ff -qq -o "$work/trace" -- \
+        "$bench" --syscall-probe --shape "$shape" --threads 2 --probe-calls "$calls" \
+        "${options[@]}" >"$work/out"
+      if ((header)); then
+        echo
+        awk '/^shape / { $1 = "shape:"; print }' "$work/out"
+        printf '%-9s %10s %7s %9s %9s  %s\n' mode calls/thr thread syscalls pacing \
+          "by name (the library's; the pacing's clock_nanosleep apart)"
+        header=0
+      fi
+      read -r -a tids <<<"$(awk '/^producer_tids/ { $1 = ""; print }' "$work/out")"
+      dropped="$(awk '/^dropped_in_loop/ { print $2 }' "$work/out")"
+      for i in "${!tids[@]}"; do
+        names="$(count "$work/trace.${tids[$i]}")"
+        pacing="$(awk -F= '$1 == "clock_nanosleep" { print $2 }' <<<"$names")"
+        library="$(grep -v '^clock_nanosleep=' <<<"$names" || true)"
+        total="$(awk -F= 'NF == 2 { s += $2 } END { print s + 0 }' <<<"$library")"
+        printf '%-9s %10s %7s %9s %9s  %s\n' "$mode" "$calls" "#$i" "$total" "${pacing:-0}" \
+          "$(tr '\n' ' ' <<<"$library")"
+      done
+      echo "          (events the publisher dropped during the loops: $dropped)"
     done
-    echo "          (events the publisher dropped during the loops: $dropped)"
   done
+}
+
+echo "uptime: $(uptime)"
+for shape in "${shapes[@]}"; do
+  table "$shape"
 done
 cat <<'EOF'
 
 syscalls: what a producer thread made inside its loop, besides the pacing's clock_nanosleep.
   mmap/mprotect: glibc growing the thread's malloc arena while queued calls pile up; only
-    calls whose tenant, key and group exceed 104 bytes allocate (the benchmark's 79 bytes
-    ride in the queue slot), and the growth is bounded by the queue's capacity;
+    calls whose tenant, key and group exceed 256 bytes allocate (key1k's 1056 bytes; every
+    other shape rides in the queue slot), and the growth is bounded by the queue's capacity;
   futex: waking the publishing thread (after an idle spell of 20 ms, or when the queue is full);
   sched_yield: crossbeam's backoff when a slot is contended.
 A count that stays put from the shorter run to the 4x longer one is not paid per call.
