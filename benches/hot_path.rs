@@ -1,11 +1,13 @@
 //! The cost of one `on_put_commit` to the calling thread, with the publishing thread running,
 //! against a baseline publisher of the usual design (a mutex-guarded deque and one condition
-//! variable notify per call) measured in the same run.
+//! variable notify per call) measured in the same run, for each key shape of
+//! `mooncake_kv_events::bench::SHAPES` (`cargo bench --features bench --bench hot_path`).
 //!
 //! Calls are timed in runs of 1,024 with the queue drained between runs (untimed), so the
 //! figures are the steady state of a publisher that keeps up, not of one that drops.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use mooncake_kv_events::bench::{KeyShape, SHAPES};
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -32,8 +34,8 @@ fn timed_runs(iters: u64, mut call: impl FnMut(u64), mut settle: impl FnMut()) -
     total
 }
 
-fn keys() -> Vec<Vec<u8>> {
-    (0..RUN).map(|i| format!("{i:0>64}").into_bytes()).collect()
+fn keys(shape: &KeyShape) -> Vec<Vec<u8>> {
+    (0..RUN).map(|i| shape.key(i)).collect()
 }
 
 /// What the baseline's callers copy into its deque: tenant, key, group, media.
@@ -96,9 +98,7 @@ impl Drop for MutexCondvarPublisher {
 }
 
 fn hot_path(c: &mut Criterion) {
-    let keys = keys();
-    let mut group = c.benchmark_group("on_put_commit_64B_key");
-
+    let mut group = c.benchmark_group("on_put_commit");
     let publisher = Publisher::create(&Config {
         enable_kv_events: true,
         bind_endpoint: format!("ipc:///tmp/kv-events-bench-{}.sock", std::process::id()),
@@ -106,40 +106,48 @@ fn hot_path(c: &mut Criterion) {
         ..Config::default()
     })
     .unwrap();
+    let baseline = MutexCondvarPublisher::new();
     let cpu = MediumSet::from([Medium::Cpu]);
-    group.bench_function("lock_free_queue", |b| {
-        b.iter_custom(|iters| {
-            timed_runs(
-                iters,
-                |i| publisher.on_put_commit("tenant-a", &keys[(i % RUN) as usize], "group-1", cpu),
-                || assert!(publisher.flush(Duration::from_secs(10))),
-            )
-        })
-    });
+    for shape in &SHAPES {
+        let keys = keys(shape);
+        let (tenant, group_id) = (shape.tenant, shape.group);
+        let id = |design| BenchmarkId::new(design, shape.name);
+        group.bench_function(id("lock_free_queue"), |b| {
+            b.iter_custom(|iters| {
+                timed_runs(
+                    iters,
+                    |i| publisher.on_put_commit(tenant, &keys[(i % RUN) as usize], group_id, cpu),
+                    || assert!(publisher.flush(Duration::from_secs(10))),
+                )
+            })
+        });
+        group.bench_function(id("baseline_mutex_condvar_deque"), |b| {
+            b.iter_custom(|iters| {
+                timed_runs(
+                    iters,
+                    |i| {
+                        let key = &keys[(i % RUN) as usize];
+                        baseline.on_put_commit(tenant.as_bytes(), key, group_id.as_bytes(), 1)
+                    },
+                    || {
+                        while !baseline.drained() {
+                            std::thread::yield_now();
+                        }
+                    },
+                )
+            })
+        });
+    }
     assert_eq!(
         publisher.stats().dropped_events,
         0,
         "the runs must not overflow the queue"
     );
 
-    let baseline = MutexCondvarPublisher::new();
-    group.bench_function("baseline_mutex_condvar_deque", |b| {
-        b.iter_custom(|iters| {
-            timed_runs(
-                iters,
-                |i| baseline.on_put_commit(b"tenant-a", &keys[(i % RUN) as usize], b"group-1", 1),
-                || {
-                    while !baseline.drained() {
-                        std::thread::yield_now();
-                    }
-                },
-            )
-        })
-    });
-
     let disabled = Publisher::disabled();
+    let key = SHAPES[0].key(0);
     group.bench_function("disabled", |b| {
-        b.iter(|| disabled.on_put_commit("tenant-a", black_box(&keys[0]), "group-1", cpu))
+        b.iter(|| disabled.on_put_commit("tenant-a", black_box(&key), "group-1", cpu))
     });
     group.finish();
 }

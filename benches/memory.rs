@@ -1,11 +1,12 @@
 //! What a queued event costs in memory: every allocation is counted while the default queue
 //! (65,536 calls) is filled.
 //!
-//! `cargo bench --features bench --bench memory` prints the bytes per queued event besides the
-//! key, tenant and group bytes themselves, and the total for a full default queue, for keys
-//! that fit inside a queue slot and for keys that do not.
+//! `cargo bench --features bench --bench memory` prints, for each key shape, the allocations
+//! a full default queue makes, the bytes per queued call besides its key, tenant and group,
+//! and the total: shapes up to 256 bytes of strings ride in the queue's slots (one
+//! allocation, the ring), longer ones need a heap block per call.
 
-use mooncake_kv_events::bench::FullQueue;
+use mooncake_kv_events::bench::{FullQueue, KeyShape, LONGER_SHAPES, SHAPES};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -40,17 +41,23 @@ fn glibc_chunk(request: usize) -> usize {
 }
 
 fn main() {
-    // 64-byte keys travel inside the queue's slots; 256-byte keys need a heap block each.
-    for key_len in [64, 256] {
-        measure(key_len);
+    println!("full default queue ({CAPACITY} calls of on_put_commit), per key shape:");
+    println!(
+        "| shape | strings B | allocations | per call besides strings B | with malloc overhead B | full queue MB |"
+    );
+    println!("|---|---|---|---|---|---|");
+    // key1m is left out: a full queue of them is 64 GiB.
+    for shape in SHAPES.iter().chain(&LONGER_SHAPES[..1]) {
+        measure(shape);
     }
 }
 
-fn measure(key_len: usize) {
-    const CAPACITY: usize = 65_536;
-    let (tenant, group) = (&b"tenant-a"[..], &b"group-1"[..]);
-    let key = vec![b'k'; key_len];
-    let strings = tenant.len() + key_len + group.len();
+const CAPACITY: usize = 65_536;
+
+fn measure(shape: &KeyShape) {
+    let key = shape.key(0);
+    let strings = shape.strings_len();
+    let (tenant, group) = (shape.tenant.as_bytes(), shape.group.as_bytes());
 
     let (live_before, count_before) = (LIVE.load(Relaxed), ALLOCATIONS.load(Relaxed));
     let queue = FullQueue::new(CAPACITY, tenant, &key, group);
@@ -64,23 +71,11 @@ fn measure(key_len: usize) {
     let string_blocks = allocations - 1;
     let besides = requested - CAPACITY * strings;
     let overhead = (glibc_chunk(strings) - strings) * string_blocks;
-    println!("full default queue, {key_len}-byte keys, tenant and group of 8 and 7 bytes:");
-    println!("  allocations:                      {allocations}");
     println!(
-        "  requested bytes:                  {requested} ({:.1} MiB)",
-        mib(requested)
-    );
-    println!(
-        "  with glibc chunk overhead:        {:.1} MiB",
-        mib(requested + overhead)
-    );
-    println!(
-        "  bytes per queued event besides its strings: {} (slot and record), {} with malloc's overhead",
+        "| {} | {strings} | {allocations} | {} | {} | {:.1} |",
+        shape.name,
         besides / CAPACITY,
-        (besides + overhead) / CAPACITY
+        (besides + overhead) / CAPACITY,
+        (requested + overhead) as f64 / 1e6
     );
-}
-
-fn mib(bytes: usize) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
 }

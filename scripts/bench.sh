@@ -2,24 +2,33 @@
 # Runs the benchmarks of issue 5:
 #   1. kv_events_bench, the C++ benchmark through include/mooncake/kv_events.h, built in Release
 #      with ENABLE_KV_EVENTS=ON in build/bench (hot path against an in-run baseline, publishing
-#      thread against a plain libzmq PUB, sustained rate, CPU, memory);
+#      thread against a plain libzmq PUB, sustained rate, CPU, memory, a RemoveAll's burst),
+#      once, or once per key shape with --shapes (issue 11);
 #   2. cargo bench --features bench: the criterion benches (encoding alone, Rust-side hot path).
 #
-# Usage: scripts/bench.sh [--quick] [--cpp-only] [kv_events_bench options...]
-#   --quick     about a minute of C++ benchmark and short criterion measurements
-#   --cpp-only  skip the criterion benches
-# Other options go to kv_events_bench (build/bench/bench/kv_events_bench --help lists them).
+# Usage: scripts/bench.sh [--quick] [--cpp-only] [--shapes[=LIST]] [kv_events_bench options...]
+#   --quick          about a minute of C++ benchmark (per shape) and short criterion measurements
+#   --cpp-only       skip the criterion benches
+#   --shapes[=LIST]  run kv_events_bench once per key shape of LIST (comma-separated; default
+#                    all five: synthetic64,vllm,sglang,max256,key1k), each with the other
+#                    options; without it, one run of the shape that --shape names (default
+#                    synthetic64)
+# Other options go to kv_events_bench (build/bench/bench/kv_events_bench --help lists them and
+# the shapes).
 # The figures are only comparable inside one run: the ratios are what to look at.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 quick=0
 cpp_only=0
+shapes=()
 args=()
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1; args+=(--quick) ;;
     --cpp-only) cpp_only=1 ;;
+    --shapes) shapes=(synthetic64 vllm sglang max256 key1k) ;;
+    --shapes=*) IFS=, read -r -a shapes <<<"${arg#--shapes=}" ;;
     *) args+=("$arg") ;;
   esac
 done
@@ -30,7 +39,16 @@ cmake --build build/bench --target kv_events_bench
 echo "library: $(git log -1 --format='%h %s' -- src cpp 2>/dev/null || echo '?')" \
   "$(git diff --quiet -- src cpp 2>/dev/null || echo '(with uncommitted changes)')"
 echo "uptime: $(uptime)"
-build/bench/bench/kv_events_bench "${args[@]}"
+if ((${#shapes[@]} == 0)); then
+  build/bench/bench/kv_events_bench "${args[@]}"
+else
+  for shape in "${shapes[@]}"; do
+    echo
+    echo "######## shape $shape ########"
+    # --shape last: it wins over one among the other options.
+    build/bench/bench/kv_events_bench "${args[@]}" --shape "$shape"
+  done
+fi
 
 if ((cpp_only)); then
   exit 0

@@ -3,7 +3,7 @@
 # ENABLE_KV_EVENTS ON and OFF.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --locked
+cargo test --locked --features bench
 # The API documentation: every public item documented (missing_docs), no broken link.
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps
 

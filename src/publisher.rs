@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 ///
 /// The three calls may be made from any number of threads at once, typically under the
 /// master's metadata locks. Each copies its strings into one record (without allocating when
-/// tenant, key and group fit in 104 bytes) and pushes it onto a bounded lock-free queue, so
+/// tenant, key and group fit in 256 bytes) and pushes it onto a bounded lock-free queue, so
 /// its events stay contiguous in the stream and keep the calling thread's order. They never
 /// wait: when the queue is full the oldest call's events are dropped, counted, and show as a
 /// sequence gap. They make no system call unless the publishing thread sleeps, or callers

@@ -1,8 +1,10 @@
 // kv_events_bench: the C++ benchmark of issue 5, through include/mooncake/kv_events.h.
 //
 // Drives the publisher from N producer threads with a subscriber in another process (this
-// program re-executed with --subscriber), and prints, in one run:
-//   - hot path: on_put_commit latency (64-byte key) for 1, 2 and 4 producers at a paced rate
+// program re-executed with --subscriber), every call carrying the tenant, key and group of one
+// key shape (--shape: the synthetic 64-byte key, vLLM's and SGLang's key formats, the largest
+// call the queue holds inline, a 1 KiB key), and prints, in one run:
+//   - hot path: on_put_commit latency for 1, 2 and 4 producers at a paced rate
 //     the publisher sustains, against an in-run baseline of the mutex + condition variable +
 //     deque design (baseline_publisher.h), as ratios;
 //   - publishing thread: events/s delivered to the SUB on tcp loopback, against plain libzmq
@@ -10,7 +12,8 @@
 //     as ratios, with the CPU per event of each thread;
 //   - the highest offered rate sustained with no drop and no gap at the default capacity;
 //   - CPU-seconds per million published events (this process only);
-//   - memory: a full default queue, and RSS over a flood.
+//   - memory: a full default queue, and RSS over a flood;
+//   - the burst of a RemoveAll: a million removals flat out, how much of it arrives and when.
 // It reports; it asserts nothing about time. `--smoke` (a ctest) checks only that every phase
 // runs and the subscriber received events. `--syscall-probe` is the producer loop alone, for
 // scripts/bench_syscalls.sh to run under strace.
@@ -56,6 +59,103 @@ namespace kv_events_bench {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
+// The workload: tenant, key and group of every call (--shape), one medium per call
+
+constexpr size_t kKeys = 4096;  // distinct keys, cycled
+const kv::MediumSet kCpu{kv::Medium::kCpu};
+
+// What a production master's calls carry besides the key: a tenant and a Store group id of
+// realistic length, shared by every shape but the synthetic one.
+constexpr std::string_view kProductionTenant = "acme-inference-prod";
+constexpr std::string_view kProductionGroup = "tp8-node-0017";
+
+// The most bytes of tenant, key and group that the library's queue carries in a slot without
+// an allocation (INLINE_BYTES in src/event.rs): max256 sits on it, key1k beyond it.
+constexpr size_t kInlineBytes = 256;
+
+// A key shape: the tenant, key and group of every call of a run. These are src/bench.rs's
+// SHAPES and LONGER_SHAPES (but key1m, whose 4096 keys would take 4 GiB here), built the same
+// way byte for byte, so that the Rust and C++ figures of one shape compare.
+struct Shape {
+  std::string_view name;
+  std::string_view tenant;
+  std::string_view group;
+  size_t key_bytes;
+  std::string_view prefix, suffix;  // around the hex digits
+  std::string_view about;
+
+  // Key number `index`: prefix, then the index as 16 lowercase hex digits, repeated (and cut)
+  // to fill the key's length, then suffix; every key differs as a content hash would.
+  std::string key(size_t index) const {
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016zx", index);
+    std::string key(prefix);
+    const size_t digits = key_bytes - prefix.size() - suffix.size();
+    for (size_t i = 0; i < digits; ++i) key += hex[i % 16];
+    key += suffix;
+    return key;
+  }
+};
+
+constexpr std::string_view kVllmPrefix =
+    "meta-llama/Llama-3.1-8B-Instruct@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@";
+
+constexpr Shape kShapes[] = {
+    {"synthetic64", "tenant-a", "group-1", 64, "", "", "64 hex digits (issue 5's size)"},
+    {"vllm", kProductionTenant, kProductionGroup, kVllmPrefix.size() + 64, kVllmPrefix, "",
+     "vLLM's connector: <model>@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@<64 hex>"},
+    {"sglang", kProductionTenant, kProductionGroup, 68, "", "@tp3",
+     "SGLang's: <64 hex>@tp3, a hash with its rank suffix"},
+    {"max256", kProductionTenant, kProductionGroup,
+     kInlineBytes - kProductionTenant.size() - kProductionGroup.size(), "", "",
+     "224 hex digits: the largest call the queue holds inline"},
+    {"key1k", kProductionTenant, kProductionGroup, 1024, "", "",
+     "1024 hex digits: beyond the inline limit, an allocation per call"},
+};
+
+// "tenant 19 B + key 135 B + group 13 B = 167 B"
+std::string sizes(const Shape& shape) {
+  const size_t key = shape.key_bytes;
+  char text[128];
+  std::snprintf(text, sizeof text, "tenant %zu B + key %zu B + group %zu B = %zu B",
+                shape.tenant.size(), key, shape.group.size(),
+                shape.tenant.size() + key + shape.group.size());
+  return text;
+}
+
+const Shape* find_shape(std::string_view name) {
+  for (const Shape& shape : kShapes) {
+    if (shape.name == name) return &shape;
+  }
+  return nullptr;
+}
+
+// The run's shape with its key table, built once before any phase so that no key is made
+// while calls are timed.
+struct Workload {
+  const Shape* shape = nullptr;
+  std::string_view tenant, group;
+  std::vector<std::string> keys;  // kKeys of them, all of one length
+
+  size_t bytes() const { return tenant.size() + keys[0].size() + group.size(); }
+  // "vllm (tenant 19 B + key 135 B + group 13 B = 167 B)"
+  std::string describe() const { return std::string(shape->name) + " (" + sizes(*shape) + ")"; }
+};
+
+Workload g_workload;
+
+void build_workload(const Shape& shape) {
+  g_workload.shape = &shape;
+  g_workload.tenant = shape.tenant;
+  g_workload.group = shape.group;
+  g_workload.keys.clear();
+  for (size_t i = 0; i < kKeys; ++i) g_workload.keys.push_back(shape.key(i));
+}
+
+const Workload& workload() { return g_workload; }
+const std::vector<std::string>& keys() { return g_workload.keys; }
+
+// ---------------------------------------------------------------------------------------------
 // Options
 
 struct Options {
@@ -72,7 +172,10 @@ struct Options {
   double flood_seconds = 60;       // RSS flood
   bool tsc = true;
   bool library_only = false;       // skip the baseline and the raw senders (for profiling)
-  std::vector<std::string> phases = {"memory", "latency", "throughput", "sustained", "flood"};
+  std::string shape = "synthetic64";  // the tenant, key and group of every call (kShapes)
+  uint64_t removeall_calls = 1000000;  // calls of the removeall burst
+  std::vector<std::string> phases = {"memory",    "latency", "throughput",
+                                     "sustained", "flood",   "removeall"};
   // --syscall-probe
   bool syscall_probe = false;
   uint64_t probe_calls = 1000000;  // per producer thread
@@ -82,6 +185,21 @@ struct Options {
 
 [[noreturn]] void usage(const char* error) {
   if (error) std::fprintf(stderr, "kv_events_bench: %s\n\n", error);
+  // The shapes as kShapes defines them: their sizes are computed, never written twice.
+  std::string shapes;
+  for (const Shape& shape : kShapes) {
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "    %-12.*s %.*s\n"
+                  "                 \"%.*s\" + key + \"%.*s\" = %zu + %zu + %zu = %zu B\n",
+                  static_cast<int>(shape.name.size()), shape.name.data(),
+                  static_cast<int>(shape.about.size()), shape.about.data(),
+                  static_cast<int>(shape.tenant.size()), shape.tenant.data(),
+                  static_cast<int>(shape.group.size()), shape.group.data(), shape.tenant.size(),
+                  shape.key_bytes, shape.group.size(),
+                  shape.tenant.size() + shape.key_bytes + shape.group.size());
+    shapes += line;
+  }
   std::fprintf(error ? stderr : stdout, R"(usage: kv_events_bench [options]
 
 Benchmarks mooncake/kv_events.h (issue 5) with a subscriber in a child process, on
@@ -100,16 +218,21 @@ Benchmarks mooncake/kv_events.h (issue 5) with a subscriber in a child process, 
   --duration S       seconds of one step of the sustained-rate search (default 10)
   --search-start R   first offered rate of the search, calls/s (default 1000000)
   --flood S          seconds of the RSS flood (default 60)
-  --phases LIST      any of memory,latency,throughput,sustained,flood (default all, run in
-                     that order)
-  --clock tsc|steady what times a call (default tsc when invariant, else steady_clock)
+  --removeall-calls N
+                     calls of the removeall burst (default 1000000; --smoke 20000)
+  --phases LIST      any of memory,latency,throughput,sustained,flood,removeall (default all,
+                     run in that order)
+  --shape NAME       tenant, key and group of every call in every phase and in the syscall
+                     probe (default synthetic64; scripts/bench.sh --shapes runs each in turn):
+%s  --clock tsc|steady what times a call (default tsc when invariant, else steady_clock)
   --library-only     measure the library alone: no baseline, no raw senders (for perf)
   --syscall-probe    only the producer loop (see scripts/bench_syscalls.sh):
      --probe-calls N   calls per producer thread (default 1000000)
      --probe-rate R    calls/s per producer thread, paced in bursts; 0 = flat out (default)
      --probe-warmup N  calls per producer thread before the loop, then a flush (default 0)
   --subscriber EP    (internal) run as the subscriber process on endpoint EP
-)");
+)",
+               shapes.c_str());
   std::exit(error ? 2 : 0);
 }
 
@@ -153,7 +276,8 @@ Options parse(int argc, char** argv) {
                flag == "--rate" || flag == "--period" || flag == "--throughput" ||
                flag == "--duration" || flag == "--search-start" || flag == "--flood" ||
                flag == "--phases" || flag == "--clock" || flag == "--probe-calls" ||
-               flag == "--probe-rate" || flag == "--probe-warmup") {
+               flag == "--probe-rate" || flag == "--probe-warmup" || flag == "--shape" ||
+               flag == "--removeall-calls") {
       explicit_values.emplace_back(flag, value());
     } else {
       usage(("unknown option " + flag).c_str());
@@ -172,6 +296,7 @@ Options parse(int argc, char** argv) {
     o.duration = 0.2;
     o.search_steps = 1;
     o.flood_seconds = 1;
+    o.removeall_calls = 20000;
   }
   // Explicit flags win over the mode's values, whatever their order.
   for (const auto& [flag, text] : explicit_values) {
@@ -204,7 +329,7 @@ Options parse(int argc, char** argv) {
       o.phases = split(text);
       for (const std::string& p : o.phases) {
         if (p != "memory" && p != "latency" && p != "throughput" && p != "sustained" &&
-            p != "flood") {
+            p != "flood" && p != "removeall") {
           usage(("unknown phase " + p).c_str());
         }
       }
@@ -217,6 +342,11 @@ Options parse(int argc, char** argv) {
       o.probe_rate = number("--probe-rate", v);
     } else if (flag == "--probe-warmup") {
       o.probe_warmup = static_cast<uint64_t>(number("--probe-warmup", v));
+    } else if (flag == "--shape") {
+      if (find_shape(text) == nullptr) usage(("unknown shape " + text).c_str());
+      o.shape = text;
+    } else if (flag == "--removeall-calls") {
+      o.removeall_calls = std::max<uint64_t>(1, static_cast<uint64_t>(number(flag.c_str(), v)));
     }
   }
   return o;
@@ -321,27 +451,6 @@ int free_port() {
   return port;
 }
 
-// ---------------------------------------------------------------------------------------------
-// The workload: 64-byte keys, one medium per call
-
-constexpr size_t kKeys = 4096;  // distinct keys, cycled
-constexpr std::string_view kTenant = "tenant-a";
-constexpr std::string_view kGroup = "group-1";
-const kv::MediumSet kCpu{kv::Medium::kCpu};
-
-const std::vector<std::string>& keys() {
-  static const std::vector<std::string> all = [] {
-    std::vector<std::string> k;
-    for (size_t i = 0; i < kKeys; ++i) {
-      char text[80];
-      std::snprintf(text, sizeof text, "llama-3-8b/prefix/%046zu", i);
-      k.emplace_back(text, 64);
-    }
-    return k;
-  }();
-  return all;
-}
-
 // The library's fixed context, shared by the baseline so that both write the same bytes.
 kv::Config library_config(const std::string& endpoint, uint32_t capacity) {
   kv::Config c;
@@ -394,16 +503,22 @@ struct Target {
 };
 
 Target library_target(kv::Publisher& p) {
+  const Workload& w = workload();
   return Target{"kv_events",
-                [&p](std::string_view key) { p.on_put_commit(kTenant, key, kGroup, kCpu); },
+                [&p, tenant = w.tenant, group = w.group](std::string_view key) {
+                  p.on_put_commit(tenant, key, group, kCpu);
+                },
                 [&p] { return p.flush(std::chrono::seconds(30)); },
                 [&p] { return p.stats().last_sequence; },
                 [&p] { return p.stats().dropped_events; }};
 }
 
 Target baseline_target(BaselinePublisher& p) {
+  const Workload& w = workload();
   return Target{"baseline",
-                [&p](std::string_view key) { p.on_put_commit(kTenant, key, kGroup, kCpu); },
+                [&p, tenant = w.tenant, group = w.group](std::string_view key) {
+                  p.on_put_commit(tenant, key, group, kCpu);
+                },
                 [&p] { return p.flush(std::chrono::seconds(30)); },
                 [&p] { return p.last_sequence(); }, [&p] { return p.dropped_events(); }};
 }
@@ -610,9 +725,12 @@ LatencyRun measure_latency(const Options& o, const CallClock& clock, Target& tar
   const uint64_t end = start + static_cast<uint64_t>(o.phase_seconds * 1e9);
   run_threads(threads, [&](int i) {
     const size_t offset = static_cast<size_t>(i) * 997;
+    // Copied into the lambdas: the timed call reads its own captures, as it read constants
+    // before shapes existed, not the global workload.
+    const std::string_view tenant = workload().tenant, group = workload().group;
     if (library) {
-      auto call = [library](std::string_view key) {
-        library->on_put_commit(kTenant, key, kGroup, kCpu);
+      auto call = [library, tenant, group](std::string_view key) {
+        library->on_put_commit(tenant, key, group, kCpu);
       };
       if (clock.tsc) {
         timed_producer<true>(call, per_thread, o.period_us, start, end, offset, timed[i]);
@@ -620,8 +738,8 @@ LatencyRun measure_latency(const Options& o, const CallClock& clock, Target& tar
         timed_producer<false>(call, per_thread, o.period_us, start, end, offset, timed[i]);
       }
     } else {
-      auto call = [baseline](std::string_view key) {
-        baseline->on_put_commit(kTenant, key, kGroup, kCpu);
+      auto call = [baseline, tenant, group](std::string_view key) {
+        baseline->on_put_commit(tenant, key, group, kCpu);
       };
       if (clock.tsc) {
         timed_producer<true>(call, per_thread, o.period_us, start, end, offset, timed[i]);
@@ -661,15 +779,17 @@ LatencyRun measure_latency(const Options& o, const CallClock& clock, Target& tar
 
 void latency_phase(const Options& o, const CallClock& clock) {
   std::printf(
-      "\n== Hot path: on_put_commit(tenant, 64-byte key, group, {cpu}), publishing thread "
-      "running, subscriber attached\n"
+      "\n== Hot path: on_put_commit(tenant, key, group, {cpu}), publishing thread running, "
+      "subscriber attached\n"
+      "   shape %s;\n"
       "   offered %s calls/s in all, in bursts every %.0f us per thread; %d run(s) of %.1f s "
       "per row, medians of the runs;\n"
       "   latency per call as timed by the clock above (its overhead included, not "
       "subtracted);\n"
       "   CPU-s/M: this process's CPU per million calls; pub-side: the same without the "
       "producer threads' own CPU\n\n",
-      si(o.rate).c_str(), o.period_us, o.runs, o.phase_seconds);
+      workload().describe().c_str(), si(o.rate).c_str(), o.period_us, o.runs,
+      o.phase_seconds);
 
   std::string library_endpoint;
   auto library = create_library(65536, library_endpoint);
@@ -886,6 +1006,7 @@ void throughput_phase(const Options& o) {
   std::printf(
       "\n== Publishing thread: %.1f s per sender, each to its own subscriber process on tcp "
       "loopback.\n"
+      "   shape %s;\n"
       "   kv_events, baseline: one producer calls as fast as it can, pausing while the queue "
       "is over half full\n"
       "   (the publisher always has work and its queue never drops). raw: one thread sends "
@@ -897,7 +1018,7 @@ void throughput_phase(const Options& o) {
       "message; lost: handed\n"
       "   to the socket but never received (dropped at the PUB's high-water mark: the "
       "subscriber fell behind)\n\n",
-      o.throughput_seconds);
+      o.throughput_seconds, workload().describe().c_str());
   std::printf("%-16s %10s %11s %13s %10s %10s %6s %10s %9s\n", "sender", "handed", "handed/s",
               "delivered/s", "received", "lost", "drops", "payload B", "CPU-s/M");
   const uint32_t capacity = 65536;
@@ -923,8 +1044,8 @@ void throughput_phase(const Options& o) {
   MsgpackWriter writer;
   std::vector<BaselineEvent> events;
   for (size_t i = 0; i < 64; ++i) {
-    events.push_back(BaselineEvent{std::string(kTenant), keys()[i], std::string(kGroup),
-                                   kv::Medium::kCpu});
+    events.push_back(BaselineEvent{std::string(workload().tenant), keys()[i],
+                                   std::string(workload().group), kv::Medium::kCpu});
   }
   uint64_t id = std::max<uint64_t>(1, ours.events);
   const uint64_t timestamp_ms = static_cast<uint64_t>(
@@ -976,8 +1097,9 @@ void sustained_phase(const Options& o) {
   std::printf(
       "\n== Sustained rate: default queue (65536 calls), one producer thread paced in bursts "
       "every %.0f us, %.1f s per step;\n"
+      "   shape %s;\n"
       "   a step holds when the publisher dropped nothing and the subscriber saw no gap\n\n",
-      o.period_us, o.duration);
+      o.period_us, o.duration, workload().describe().c_str());
   std::string endpoint;
   auto library = create_library(65536, endpoint);
   Target t = library_target(*library);
@@ -996,7 +1118,10 @@ void sustained_phase(const Options& o) {
     const uint64_t end = start + static_cast<uint64_t>(o.duration * 1e9);
     uint64_t calls = 0;
     run_threads(1, [&](int) {
-      auto call = [&](std::string_view key) { library->on_put_commit(kTenant, key, kGroup, kCpu); };
+      auto call = [&library, tenant = workload().tenant,
+                   group = workload().group](std::string_view key) {
+        library->on_put_commit(tenant, key, group, kCpu);
+      };
       calls = untimed_producer(call, rate, o.period_us, start, end, UINT64_MAX, 0);
     });
     const double achieved = static_cast<double>(calls) / o.duration;
@@ -1045,8 +1170,11 @@ void sustained_phase(const Options& o) {
 
 // Runs first, before other phases leave freed memory in the allocator for it to reuse.
 void memory_phase(const Options& o) {
-  std::printf("\n== Memory: a full default queue (65536 calls), 64-byte keys, no subscriber "
-              "(so ZeroMQ buffers nothing)\n\n");
+  const Workload& w = workload();
+  std::printf("\n== Memory: a full default queue (65536 calls), no subscriber (so ZeroMQ "
+              "buffers nothing)\n"
+              "   shape %s\n\n",
+              w.describe().c_str());
   {
     // A full queue: no subscriber, so ZeroMQ holds nothing; the producer outruns the
     // publishing thread and keeps the queue at capacity.
@@ -1070,7 +1198,7 @@ void memory_phase(const Options& o) {
     double full = created;
     for (int round = 0; round < rounds && depth < 65536 * 99 / 100; ++round) {
       for (size_t i = 0; i < 65536 + 4096; ++i) {
-        library->on_put_commit(kTenant, k[i & (kKeys - 1)], kGroup, kCpu);
+        library->on_put_commit(w.tenant, k[i & (kKeys - 1)], w.group, kCpu);
       }
       depth = std::max<uint64_t>(depth, library->stats().queue_depth);
       full = std::max(full, rss_mb());
@@ -1078,24 +1206,30 @@ void memory_phase(const Options& o) {
     constexpr double kMB = 1048576.0;
     const double per_slot = (created - before - fixed) * kMB / 65536;
     const double per_call = depth ? (full - created) * kMB / static_cast<double>(depth) : 0;
-    const size_t strings = k[0].size() + kTenant.size() + kGroup.size();
+    const size_t strings = w.bytes();
     std::printf(
         "RSS %.1f MB before create, %.1f MB created, %.1f MB with the queue at depth %" PRIu64
         "\n"
         "  created: %.1f MB for the thread, socket and context (a publisher of capacity 1), "
         "%.0f bytes per slot\n"
         "  filled:  %.0f more bytes per queued call (its %zu bytes of key, tenant and group "
-        "ride in its slot)\n"
+        "%s)\n"
         "  -> a full default queue costs %.1f MB; %.0f bytes per queued call besides its strings\n",
-        before, created, full, depth, fixed, per_slot, per_call, strings, full - before,
+        before, created, full, depth, fixed, per_slot, per_call, strings,
+        strings <= kInlineBytes ? "ride in its slot" : "take a heap block of their own",
+        full - before,
         per_slot + per_call - static_cast<double>(strings));
   }
 }
 
-// Runs last: RSS of the process, sampled every second, while one thread floods the queue.
+// Runs after the steady phases: RSS of the process, sampled every second, while one thread
+// floods the queue.
 void flood_phase(const Options& o) {
+  const Workload& w = workload();
   std::printf("\n== RSS under a flood: default queue, one producer flat out, subscriber "
-              "attached\n\n");
+              "attached\n"
+              "   shape %s\n\n",
+              w.describe().c_str());
   {
     std::string endpoint;
     auto library = create_library(65536, endpoint);
@@ -1110,7 +1244,7 @@ void flood_phase(const Options& o) {
       size_t i = 0;
       while (!stop.load(std::memory_order_relaxed)) {
         for (int j = 0; j < 1024; ++j, ++i) {
-          library->on_put_commit(kTenant, k[i & (kKeys - 1)], kGroup, kCpu);
+          library->on_put_commit(w.tenant, k[i & (kKeys - 1)], w.group, kCpu);
         }
       }
       calls = i;
@@ -1146,6 +1280,79 @@ void flood_phase(const Options& o) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Phase 6: the burst of a RemoveAll
+
+// A RemoveAll of a large tenant: the master's loop makes one on_medium_delta(before {cpu},
+// after {}) per object, back to back, far faster than any steady workload: the burst of real
+// use most likely to overrun the default queue. One producer makes them as fast as it can and
+// the subscriber counts what arrives and when. on_remove_all is not called: its one `cleared`
+// would follow the burst, and is not the load.
+void removeall_phase(const Options& o) {
+  const Workload& w = workload();
+  std::printf(
+      "\n== RemoveAll burst: %s on_medium_delta(tenant, key, group, {cpu}, {}) calls, one "
+      "producer flat out,\n"
+      "   default queue (65536 calls), subscriber attached; shape %s;\n"
+      "   no on_remove_all at the end (a real RemoveAll would follow with one cleared event, "
+      "which is not the load).\n"
+      "   offered: calls / producer time; delivered: events received / time from the first "
+      "call to the last\n"
+      "   event received; tail: from the producer's last call to the last event received\n\n",
+      si(static_cast<double>(o.removeall_calls)).c_str(), w.describe().c_str());
+  std::string endpoint;
+  auto library = create_library(65536, endpoint);
+  Target t = library_target(*library);
+  auto subscriber = attach(endpoint, t);
+  t.flush();
+  subscriber->sync(t.last_sequence());
+  const kv::Stats before = library->stats();
+  uint64_t first_ns = 0, last_ns = 0;
+  run_threads(1, [&](int) {
+    const kv::MediumSet none;
+    auto call = [&library, none, tenant = w.tenant, group = w.group](std::string_view key) {
+      library->on_medium_delta(tenant, key, group, kCpu, none);
+    };
+    first_ns = steady_ns();
+    untimed_producer(call, 0, o.period_us, 0, UINT64_MAX, o.removeall_calls, 0);
+    last_ns = steady_ns();
+  });
+  t.flush();
+  const kv::Stats after = library->stats();
+  // The subscriber stamps messages with CLOCK_MONOTONIC, the clock of steady_ns().
+  const SubscriberCounts counts = subscriber->report(after.last_sequence);
+  // One removed event per call: what was not received was either dropped by the queue (the
+  // library's count) or handed to the socket and lost behind it (at a high-water mark).
+  const double calls = static_cast<double>(o.removeall_calls);
+  const uint64_t dropped = after.dropped_events - before.dropped_events;
+  const uint64_t handed = after.published_events - before.published_events;
+  const uint64_t lost = handed > counts.events ? handed - counts.events : 0;
+  // Rates over nanoseconds of CLOCK_MONOTONIC; an empty span (nothing received) gives 0.
+  auto per_second = [](double count, uint64_t from_ns, uint64_t to_ns) {
+    return to_ns > from_ns ? count * 1e9 / static_cast<double>(to_ns - from_ns) : 0.0;
+  };
+  const double offered = per_second(calls, first_ns, last_ns);
+  const double delivered =
+      per_second(static_cast<double>(counts.events), first_ns, counts.last_ns);
+  const double tail_ms =
+      counts.last_ns == 0
+          ? 0
+          : (static_cast<double>(counts.last_ns) - static_cast<double>(last_ns)) / 1e6;
+  std::printf(
+      "offered %s calls/s (%.1f ms of calls); delivered %s events/s; tail %.1f ms after the "
+      "last call\n"
+      "  %" PRIu64 " calls: %" PRIu64 " received, %.2f%% not received = %.2f%% dropped by the "
+      "queue (%" PRIu64 ") + %.2f%% lost after the socket (%" PRIu64 ")\n"
+      "  subscriber gaps: %" PRIu64 " sequence numbers (one per event dropped by the queue, "
+      "one per message lost)\n",
+      si(offered).c_str(), static_cast<double>(last_ns - first_ns) / 1e6, si(delivered).c_str(),
+      tail_ms, o.removeall_calls, counts.events,
+      100.0 * (1.0 - static_cast<double>(counts.events) / calls),
+      100.0 * static_cast<double>(dropped) / calls, dropped,
+      100.0 * static_cast<double>(lost) / calls, lost, counts.missing);
+  expect_events("removeall", counts);
+}
+
+// ---------------------------------------------------------------------------------------------
 // --syscall-probe: the producer loop alone, for strace
 
 int syscall_probe(const Options& o) {
@@ -1161,7 +1368,10 @@ int syscall_probe(const Options& o) {
   uint64_t dropped_before = 0;
   run_threads(threads, [&](int i) {
     tids[i] = syscall(SYS_gettid);
-    auto call = [&](std::string_view key) { library->on_put_commit(kTenant, key, kGroup, kCpu); };
+    auto call = [&library, tenant = workload().tenant,
+                 group = workload().group](std::string_view key) {
+      library->on_put_commit(tenant, key, group, kCpu);
+    };
     // A warm-up grows this thread's malloc arena to what a full queue needs; the flush then
     // hands every record back to it, so the loop below starts from a warm allocator.
     untimed_producer(call, 0, o.period_us, 0, UINT64_MAX, o.probe_warmup, 0);
@@ -1182,7 +1392,7 @@ int syscall_probe(const Options& o) {
   });
   t.flush();
   const kv::Stats s = library->stats();
-  std::printf("producer_tids");
+  std::printf("shape %s\nproducer_tids", workload().describe().c_str());
   for (long tid : tids) std::printf(" %ld", tid);
   std::printf("\ncalls");
   for (uint64_t c : calls) std::printf(" %" PRIu64, c);
@@ -1201,6 +1411,7 @@ int main(int argc, char** argv) {
   if (argc == 3 && std::string(argv[1]) == "--subscriber") return run_subscriber(argv[2]);
   signal(SIGPIPE, SIG_IGN);
   const Options o = parse(argc, argv);
+  build_workload(*find_shape(o.shape));
   try {
     if (o.syscall_probe) return syscall_probe(o);
 
@@ -1212,6 +1423,11 @@ int main(int argc, char** argv) {
                 clock.describe().c_str(), clock.overhead_min_ns, clock.overhead_p50_ns);
     std::printf("subscribers: one child process per publisher (ZeroMQ SUB, RCVHWM 200000), "
                 "on tcp://127.0.0.1\n");
+    // The last key as an example (the first is all zeros), cut where a 1 KiB one would flood
+    // the header.
+    const std::string& last = keys().back();
+    std::printf("shape: %s, %zu distinct keys cycled; the last: %.140s%s\n",
+                workload().describe().c_str(), kKeys, last.c_str(), last.size() > 140 ? "..." : "");
     std::fflush(stdout);
     const double t0 = now_seconds();
     if (wants(o, "memory")) memory_phase(o);
@@ -1223,6 +1439,8 @@ int main(int argc, char** argv) {
     if (wants(o, "sustained")) sustained_phase(o);
     std::fflush(stdout);
     if (wants(o, "flood")) flood_phase(o);
+    std::fflush(stdout);
+    if (wants(o, "removeall")) removeall_phase(o);
     std::printf("\ndone in %.1f s; load average %s at the end\n", now_seconds() - t0,
                 loadavg().c_str());
   } catch (const std::exception& e) {
