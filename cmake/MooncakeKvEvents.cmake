@@ -108,7 +108,7 @@ function(_kv_events_add_cargo_build)
   # Every input of the library build; a new module of the crate must be added here.
   set(modules
     src/lib.rs src/bench.rs src/config.rs src/encode.rs src/event.rs src/ffi.rs src/keys.rs
-    src/log.rs src/media.rs src/publisher.rs src/queue.rs src/scan.rs src/security.rs
+    src/log.rs src/media.rs src/pool.rs src/publisher.rs src/queue.rs src/scan.rs src/security.rs
     src/stats.rs src/watch.rs src/worker.rs)
   _kv_events_check_modules(${modules})
   set(inputs Cargo.toml Cargo.lock build.rs .cargo/config.toml cpp/log_sink.h ${modules})

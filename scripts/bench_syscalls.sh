@@ -136,7 +136,7 @@ cat <<'EOF'
 syscalls: what a producer thread made inside its loop, besides the pacing's clock_nanosleep.
   mmap/mprotect: glibc growing the thread's malloc arena while queued calls pile up; only
     calls whose tenant, key and group exceed 256 bytes allocate (key1k's 1056 bytes; every
-    other shape rides in the queue slot), and the growth is bounded by the queue's capacity;
+    other shape rides in its queue slot or a pooled block), bounded by the queue's capacity;
   futex: waking the publishing thread (after an idle spell of 20 ms, or when the queue is full);
   sched_yield: crossbeam's backoff when a slot is contended.
 pub: the publishing thread over the same span: futex is its 200 us nap between looks at the

@@ -54,9 +54,13 @@ impl EncodeBatches {
 }
 
 /// A queue filled to capacity with one-medium calls, as a flood leaves it when the publishing
-/// thread cannot keep up. Dropping it frees everything.
+/// thread cannot keep up, with the string pool a publisher gives it. Dropping it frees
+/// everything.
 #[derive(Debug)]
-pub struct FullQueue(crate::queue::EventQueue);
+pub struct FullQueue {
+    queue: crate::queue::EventQueue,
+    _strings: crate::pool::StringPool,
+}
 
 impl FullQueue {
     /// `capacity` calls of `on_put_commit(tenant, key, group, {cpu})`.
@@ -65,22 +69,26 @@ impl FullQueue {
         use crate::media::MediumSet;
         use crate::queue::{EventQueue, Record};
         let queue = EventQueue::new(capacity);
+        let strings = crate::pool::StringPool::for_queue(capacity);
         let cpu = MediumSet::from([Medium::Cpu]);
         for _ in 0..capacity {
-            let object = ObjectEvents::new(tenant, key, group, MediumSet::EMPTY, cpu);
+            let object = ObjectEvents::new(tenant, key, group, MediumSet::EMPTY, cpu, &strings);
             queue.push(Record::Object(object.expect("small strings")));
         }
-        FullQueue(queue)
+        FullQueue {
+            queue,
+            _strings: strings,
+        }
     }
 
     /// Calls queued now.
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.queue.len()
     }
 
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.0.len() == 0
+        self.queue.len() == 0
     }
 }
 
@@ -105,7 +113,7 @@ const GROUP: &str = "tp8-node-0017";
 /// vLLM's Mooncake connector: `model@tp_rank:N@pcpN@dcpN@pp_rank:N@group:N@<64 hex>`.
 const VLLM_PREFIX: &str = "meta-llama/Llama-3.1-8B-Instruct@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@";
 
-/// The shapes `scripts/bench.sh` runs, all of which a queue slot holds without an allocation.
+/// The shapes `scripts/bench.sh` runs, none of which allocates per call in steady state.
 /// `kv_events_bench --shape` builds the same keys.
 pub const SHAPES: [KeyShape; 4] = [
     KeyShape {
@@ -142,7 +150,8 @@ pub const SHAPES: [KeyShape; 4] = [
     },
 ];
 
-/// Shapes beyond what a slot holds: they cost an allocation per call and must stay lossless.
+/// Shapes beyond what a pooled block holds: they cost an allocation per call and must stay
+/// lossless.
 pub const LONGER_SHAPES: [KeyShape; 2] = [
     KeyShape {
         name: "key1k",
@@ -184,7 +193,7 @@ impl KeyShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::INLINE_BYTES;
+    use crate::pool::BLOCK_BYTES;
 
     #[test]
     fn shapes_have_the_lengths_their_names_promise() {
@@ -204,8 +213,8 @@ mod tests {
                 ("key1m", 1 << 20, (1 << 20) + 32),
             ]
         );
-        assert!(SHAPES.iter().all(|s| s.strings_len() <= INLINE_BYTES));
-        assert!(LONGER_SHAPES.iter().all(|s| s.strings_len() > INLINE_BYTES));
+        assert!(SHAPES.iter().all(|s| s.strings_len() <= BLOCK_BYTES));
+        assert!(LONGER_SHAPES.iter().all(|s| s.strings_len() > BLOCK_BYTES));
         let vllm = String::from_utf8(SHAPES[1].key(0xab)).unwrap();
         assert!(vllm.starts_with("meta-llama/Llama-3.1-8B-Instruct@tp_rank:0@"));
         assert!(vllm.ends_with(

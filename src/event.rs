@@ -1,6 +1,7 @@
 //! The events a call produces, as queued and as handed to the encoder.
 
 use crate::media::{Medium, MediumSet};
+use crate::pool::{Block, StringPool, BLOCK_BYTES};
 
 /// What an event announces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,11 +49,13 @@ pub(crate) struct Event<'a> {
 /// that no other call's events can come between them.
 ///
 /// The tenant, key and group travel inside the record when together they fit in
-/// [`INLINE_BYTES`] (a vLLM connector key of 135 bytes with ids of up to 120): the calling
-/// thread then allocates nothing and the publishing thread frees nothing, and it reads the
-/// strings from the queue's ring, which it walks in order, instead of from a heap block last
-/// written on another core. Longer strings share one heap allocation. The record is 280 bytes
-/// either way, so a full default queue of 65,536 calls holds 18.4 MB.
+/// [`INLINE_BYTES`] (a 64-byte key with ids of up to 40 bytes), and in a block of the
+/// publisher's [`StringPool`] up to [`BLOCK_BYTES`] (a vLLM connector key of 135 bytes with
+/// ids of up to 120): either way the calling thread allocates nothing and the publishing
+/// thread frees nothing. Longer strings, or long ones when every block is in use, share one
+/// heap allocation. The record is 128 bytes whichever holds the strings: a bigger slot that
+/// held 256 bytes itself was measured slower (docs/performance.md), since every call, short
+/// or long, then writes and reads all of its cache lines.
 #[derive(Debug)]
 pub(crate) struct ObjectEvents {
     strings: Strings,
@@ -62,60 +65,74 @@ pub(crate) struct ObjectEvents {
     stored: MediumSet,
 }
 
-/// The most bytes of tenant, key and group that a record carries without an allocation.
-pub(crate) const INLINE_BYTES: usize = 256;
+/// The most bytes of tenant, key and group that a record carries in itself.
+pub(crate) const INLINE_BYTES: usize = 104;
 
 /// Tenant, key and group, concatenated.
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "the inline variant is the point: boxing it would allocate on every call"
-)]
 enum Strings {
-    Inline { len: u16, bytes: [u8; INLINE_BYTES] },
+    Inline { len: u8, bytes: [u8; INLINE_BYTES] },
+    Pooled { len: u16, block: Block },
     Heap(Box<[u8]>),
 }
 
 impl Strings {
-    fn new(parts: [&[u8]; 3]) -> Strings {
+    fn new(parts: [&[u8]; 3], pool: &StringPool) -> Strings {
         let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > INLINE_BYTES {
-            return Strings::Heap(parts.concat().into_boxed_slice());
+        if len <= INLINE_BYTES {
+            let mut bytes = [0; INLINE_BYTES];
+            concat_into(&mut bytes, parts);
+            return Strings::Inline {
+                len: len as u8,
+                bytes,
+            };
         }
-        let mut bytes = [0; INLINE_BYTES];
-        let mut at = 0;
-        for part in parts {
-            bytes[at..at + part.len()].copy_from_slice(part);
-            at += part.len();
+        if len <= BLOCK_BYTES {
+            if let Some(mut block) = pool.take() {
+                concat_into(&mut block[..], parts);
+                return Strings::Pooled {
+                    len: len as u16,
+                    block,
+                };
+            }
         }
-        Strings::Inline {
-            len: len as u16,
-            bytes,
-        }
+        Strings::Heap(parts.concat().into_boxed_slice())
     }
 
     fn as_bytes(&self) -> &[u8] {
         match self {
             Strings::Inline { len, bytes } => &bytes[..*len as usize],
+            Strings::Pooled { len, block } => &block[..*len as usize],
             Strings::Heap(bytes) => bytes,
         }
     }
 }
 
+/// Copies `parts` one after the other to the start of `to`, which is long enough.
+fn concat_into(to: &mut [u8], parts: [&[u8]; 3]) {
+    let mut at = 0;
+    for part in parts {
+        to[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+}
+
 impl ObjectEvents {
     /// `None` when a string is longer than 4 GiB, which no msgpack `str` or `bin` can carry.
+    /// Strings too long for the record take a block of `pool`.
     pub(crate) fn new(
         tenant: &[u8],
         key: &[u8],
         group: &[u8],
         removed: MediumSet,
         stored: MediumSet,
+        pool: &StringPool,
     ) -> Option<ObjectEvents> {
         let tenant_len = u32::try_from(tenant.len()).ok()?;
         let key_len = u32::try_from(key.len()).ok()?;
         u32::try_from(group.len()).ok()?;
         Some(ObjectEvents {
-            strings: Strings::new([tenant, key, group]),
+            strings: Strings::new([tenant, key, group], pool),
             tenant_len,
             key_len,
             removed,
@@ -144,6 +161,13 @@ impl ObjectEvents {
 
     pub(crate) fn tenant(&self) -> &[u8] {
         &self.strings.as_bytes()[..self.tenant_len as usize]
+    }
+
+    /// Gives the strings' block, if they have one, back to `pool`: the call is done with.
+    pub(crate) fn recycle(self, pool: &StringPool) {
+        if let Strings::Pooled { block, .. } = self.strings {
+            pool.give_back(block);
+        }
     }
 
     /// Whether the call made the object readable on a medium it was not on: such a call
@@ -181,16 +205,17 @@ mod tests {
         o.events().map(|e| (e.kind, e.medium)).collect()
     }
 
+    fn object(tenant: &[u8], key: &[u8], group: &[u8], pool: &StringPool) -> ObjectEvents {
+        ObjectEvents::new(tenant, key, group, MediumSet::EMPTY, CPU, pool).unwrap()
+    }
+
+    const CPU: MediumSet = MediumSet::EMPTY.with(Medium::Cpu);
+
     #[test]
     fn removed_come_before_stored_and_cpu_before_disk() {
-        let o = ObjectEvents::new(
-            b"t",
-            b"k",
-            b"g",
-            MediumSet::from([Medium::Disk]),
-            MediumSet::from([Medium::Cpu]),
-        )
-        .unwrap();
+        let pool = StringPool::new(1);
+        let disk = MediumSet::from([Medium::Disk]);
+        let o = ObjectEvents::new(b"t", b"k", b"g", disk, CPU, &pool).unwrap();
         assert_eq!(
             kinds(&o),
             [
@@ -199,14 +224,8 @@ mod tests {
             ]
         );
         assert_eq!(o.len(), 2);
-        let both = ObjectEvents::new(
-            b"t",
-            b"k",
-            b"",
-            MediumSet::EMPTY,
-            MediumSet::from([Medium::Disk, Medium::Cpu]),
-        )
-        .unwrap();
+        let both = MediumSet::from([Medium::Disk, Medium::Cpu]);
+        let both = ObjectEvents::new(b"t", b"k", b"", MediumSet::EMPTY, both, &pool).unwrap();
         assert_eq!(
             kinds(&both),
             [
@@ -218,14 +237,7 @@ mod tests {
 
     #[test]
     fn strings_come_back_byte_for_byte() {
-        let o = ObjectEvents::new(
-            b"",
-            b"k\0\xff",
-            b"\xc3",
-            MediumSet::EMPTY,
-            MediumSet::from([Medium::Cpu]),
-        )
-        .unwrap();
+        let o = object(b"", b"k\0\xff", b"\xc3", &StringPool::new(1));
         let e = o.events().next().unwrap();
         assert_eq!(
             (e.tenant, e.key, e.group),
@@ -236,35 +248,53 @@ mod tests {
     }
 
     #[test]
-    fn strings_that_do_not_fit_inline_come_back_too() {
-        for len in [INLINE_BYTES - 2, INLINE_BYTES - 1, INLINE_BYTES, 1 << 20] {
+    fn strings_ride_inline_then_in_a_block_then_on_the_heap_and_come_back() {
+        let pool = StringPool::new(4);
+        let cases = [
+            (INLINE_BYTES - 3, "inline"),
+            (INLINE_BYTES - 2, "inline"),
+            (INLINE_BYTES - 1, "pooled"),
+            (BLOCK_BYTES - 2, "pooled"),
+            (BLOCK_BYTES - 1, "heap"),
+            (1 << 20, "heap"),
+        ];
+        for (len, expected) in cases {
             let key: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let o = ObjectEvents::new(
-                b"t",
-                &key,
-                b"g",
-                MediumSet::EMPTY,
-                MediumSet::from([Medium::Cpu]),
-            )
-            .unwrap();
-            let inline = matches!(o.strings, Strings::Inline { .. });
-            assert_eq!(inline, len + 2 <= INLINE_BYTES, "{len}");
+            let o = object(b"t", &key, b"g", &pool);
+            let held = match o.strings {
+                Strings::Inline { .. } => "inline",
+                Strings::Pooled { .. } => "pooled",
+                Strings::Heap(_) => "heap",
+            };
+            assert_eq!(held, expected, "{len}");
             let e = o.events().next().unwrap();
             assert_eq!((e.tenant, e.key, e.group), (&b"t"[..], &key[..], &b"g"[..]));
+            o.recycle(&pool);
+            assert_eq!(pool.free(), 4, "{len}: the block came back");
         }
     }
 
     #[test]
-    fn a_queued_call_with_256_bytes_of_strings_fits_in_its_record() {
+    fn long_strings_go_to_the_heap_while_every_block_is_in_use() {
+        let pool = StringPool::new(1);
+        let key = [b'k'; 200];
+        let first = object(b"t", &key, b"g", &pool);
+        let second = object(b"t", &key, b"g", &pool);
+        assert!(matches!(first.strings, Strings::Pooled { .. }));
+        assert!(matches!(second.strings, Strings::Heap(_)));
+        assert_eq!(second.events().next().unwrap().key, &key[..]);
+        second.recycle(&pool);
+        assert_eq!(pool.free(), 0);
+        first.recycle(&pool);
+        assert!(matches!(
+            object(b"t", &key, b"g", &pool).strings,
+            Strings::Pooled { .. }
+        ));
+    }
+
+    #[test]
+    fn a_queued_call_is_128_bytes_whichever_holds_its_strings() {
         // The memory figures of docs/performance.md count on it.
-        assert_eq!(std::mem::size_of::<ObjectEvents>(), 280);
-        let o = ObjectEvents::new(
-            &[b'x'; 19],
-            &[b'k'; 224],
-            &[b'g'; 13],
-            MediumSet::EMPTY,
-            MediumSet::EMPTY,
-        );
-        assert!(matches!(o.unwrap().strings, Strings::Inline { .. }));
+        assert_eq!(std::mem::size_of::<ObjectEvents>(), 128);
     }
 }

@@ -25,6 +25,7 @@ mod ffi;
 pub mod keys;
 mod log;
 mod media;
+mod pool;
 mod publisher;
 mod queue;
 mod scan;

@@ -5,6 +5,7 @@ use crate::encode::Encoder;
 use crate::event::{ClearedEvent, ObjectEvents};
 use crate::log::{log, Level};
 use crate::media::MediumSet;
+use crate::pool::StringPool;
 use crate::queue::{EventQueue, Record};
 use crate::security::{Guard, Settings};
 use crate::stats::{Counters, Stats};
@@ -22,8 +23,8 @@ use std::time::{Duration, Instant};
 /// caller never needs to know which it holds.
 ///
 /// The three calls may be made from any number of threads at once, typically under the
-/// master's metadata locks. Each copies its strings into one record (without allocating when
-/// tenant, key and group fit in 256 bytes) and pushes it onto a bounded lock-free queue, so
+/// master's metadata locks. Each copies its strings into one record, or up to 256 bytes into a
+/// block of a pool the publishing thread refills (so without allocating), and pushes it onto a bounded lock-free queue, so
 /// its events stay contiguous in the stream and keep the calling thread's order. They never
 /// wait: when the queue is full the oldest call's events are dropped, counted, and show as a
 /// sequence gap. They make no system call unless the publishing thread sleeps, or callers
@@ -60,6 +61,8 @@ struct Enabled {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) queue: EventQueue,
+    /// Blocks for strings too long for a record.
+    pub(crate) strings: StringPool,
     pub(crate) counters: Counters,
     emit_object_key: bool,
     closing: AtomicBool,
@@ -70,6 +73,7 @@ pub(crate) struct Shared {
 impl Shared {
     fn new(queue: EventQueue, emit_object_key: bool) -> Shared {
         Shared {
+            strings: StringPool::for_queue(queue.capacity()),
             queue,
             counters: Counters::default(),
             emit_object_key,
@@ -90,6 +94,7 @@ impl Shared {
         }
         if let Some(displaced) = self.queue.push(record) {
             Counters::add(&self.counters.dropped_events, displaced.event_count());
+            displaced.recycle(&self.strings);
         }
         // A call that saw the publisher open but pushed after shutdown's last look would stay
         // queued, neither sent nor counted. `stopped` is stored before that look and read
@@ -265,7 +270,7 @@ impl Publisher {
             Counters::add(&shared.counters.skipped_keyless_events, events);
             return;
         }
-        match ObjectEvents::new(tenant, key, group, removed, stored) {
+        match ObjectEvents::new(tenant, key, group, removed, stored, &shared.strings) {
             Some(object) => shared.push(Record::Object(object)),
             None => Counters::add(&shared.counters.dropped_events, events),
         }
@@ -420,10 +425,12 @@ mod tests {
     use crate::event::ObjectEvents;
     use crate::media::Medium;
 
+    static POOL: std::sync::LazyLock<StringPool> = std::sync::LazyLock::new(|| StringPool::new(1));
+
     fn object(key: &str) -> Record {
         let both = MediumSet::EMPTY.with(Medium::Cpu).with(Medium::Disk);
         Record::Object(
-            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, both).unwrap(),
+            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, both, &POOL).unwrap(),
         )
     }
 

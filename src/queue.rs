@@ -1,6 +1,7 @@
 //! The bounded queue between the master's threads and the publishing thread.
 
 use crate::event::{ClearedEvent, ObjectEvents};
+use crate::pool::StringPool;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc::SyncSender;
@@ -10,10 +11,6 @@ use std::time::Duration;
 
 /// One queued call, or a marker the publishing thread acts on in stream order.
 #[derive(Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "a call's strings ride in its slot; markers are rare and boxing calls would allocate"
-)]
 pub(crate) enum Record {
     /// The events of one `on_put_commit` or `on_medium_delta`.
     Object(ObjectEvents),
@@ -32,6 +29,13 @@ impl Record {
             Record::Object(o) => o.len(),
             Record::Cleared(_) => 1,
             Record::ScanBegin(_) | Record::Flush(_) => 0,
+        }
+    }
+
+    /// Done with: gives a call's string block back to `pool`.
+    pub(crate) fn recycle(self, pool: &StringPool) {
+        if let Record::Object(object) = self {
+            object.recycle(pool);
         }
     }
 }
@@ -146,10 +150,12 @@ mod tests {
     use crate::media::MediumSet;
     use std::sync::Arc;
 
+    static POOL: std::sync::LazyLock<StringPool> = std::sync::LazyLock::new(|| StringPool::new(1));
+
     fn object(key: &str, media: usize) -> Record {
         let stored = MediumSet::from_bits(if media == 2 { 3 } else { 1 });
         Record::Object(
-            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, stored).unwrap(),
+            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, stored, &POOL).unwrap(),
         )
     }
 
@@ -178,9 +184,9 @@ mod tests {
     }
 
     #[test]
-    fn a_queued_call_is_280_bytes() {
+    fn a_queued_call_is_128_bytes() {
         // The memory budget of a queued event (docs/performance.md) counts on it.
-        assert_eq!(std::mem::size_of::<Record>(), 280);
+        assert_eq!(std::mem::size_of::<Record>(), 128);
     }
 
     #[test]

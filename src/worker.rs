@@ -222,7 +222,9 @@ impl Worker {
                 });
             }
         }
-        self.batch.clear();
+        for record in self.batch.drain(..) {
+            record.recycle(&self.shared.strings);
+        }
         self.batch_events = 0;
     }
 }

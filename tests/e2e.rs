@@ -382,11 +382,13 @@ fn bytes_that_are_not_utf8_arrive_unchanged_as_bin() {
 
 #[test]
 fn strings_on_either_side_of_what_a_queue_slot_holds_arrive_unchanged() {
-    // A call's strings ride inside its queue record up to 256 bytes in all and in a heap
-    // block beyond (1 KiB keys among them); the wire must not tell the two apart.
+    // A call's strings ride inside its queue record up to 104 bytes in all, in a pooled block
+    // up to 256 and in a heap block beyond (1 KiB keys among them); the wire must not tell
+    // them apart.
     let (publisher, mut sub) = connected(config(""));
     let calls: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = (0..=24)
-        .map(|i| (i, 244 + i))
+        .map(|i| (i, 92 + i))
+        .chain((0..=24).map(|i| (i, 244 + i)))
         .chain([(25, 1024), (26, 1025)])
         .map(|(i, key_len)| {
             let tenant = vec![b't'; i % 5];

@@ -3,7 +3,7 @@
 // Drives the publisher from N producer threads with a subscriber in another process (this
 // program re-executed with --subscriber), every call carrying the tenant, key and group of one
 // key shape (--shape: the synthetic 64-byte key, vLLM's and SGLang's key formats, the largest
-// call the queue holds inline, a 1 KiB key), and prints, in one run:
+// call that never allocates, a 1 KiB key), and prints, in one run:
 //   - hot path: on_put_commit latency for 1, 2 and 4 producers at a paced rate
 //     the publisher sustains, against an in-run baseline of the mutex + condition variable +
 //     deque design (baseline_publisher.h), as ratios;
@@ -69,9 +69,11 @@ const kv::MediumSet kCpu{kv::Medium::kCpu};
 constexpr std::string_view kProductionTenant = "acme-inference-prod";
 constexpr std::string_view kProductionGroup = "tp8-node-0017";
 
-// The most bytes of tenant, key and group that the library's queue carries in a slot without
-// an allocation (INLINE_BYTES in src/event.rs): max256 sits on it, key1k beyond it.
-constexpr size_t kInlineBytes = 256;
+// The most bytes of tenant, key and group that the library's queue carries in a slot
+// (INLINE_BYTES in src/event.rs), and in a block of its string pool (BLOCK_BYTES in
+// src/pool.rs): max256 sits on the second, key1k beyond it.
+constexpr size_t kSlotBytes = 104;
+constexpr size_t kBlockBytes = 256;
 
 // A key shape: the tenant, key and group of every call of a run. These are src/bench.rs's
 // SHAPES and LONGER_SHAPES (but key1m, whose 4096 keys would take 4 GiB here), built the same
@@ -107,10 +109,10 @@ constexpr Shape kShapes[] = {
     {"sglang", kProductionTenant, kProductionGroup, 68, "", "@tp3",
      "SGLang's: <64 hex>@tp3, a hash with its rank suffix"},
     {"max256", kProductionTenant, kProductionGroup,
-     kInlineBytes - kProductionTenant.size() - kProductionGroup.size(), "", "",
-     "224 hex digits: the largest call the queue holds inline"},
+     kBlockBytes - kProductionTenant.size() - kProductionGroup.size(), "", "",
+     "224 hex digits: the largest call that never allocates"},
     {"key1k", kProductionTenant, kProductionGroup, 1024, "", "",
-     "1024 hex digits: beyond the inline limit, an allocation per call"},
+     "1024 hex digits: beyond the string pool's blocks, an allocation per call"},
 };
 
 // "tenant 19 B + key 135 B + group 13 B = 167 B"
@@ -1211,12 +1213,14 @@ void memory_phase(const Options& o) {
         "RSS %.1f MB before create, %.1f MB created, %.1f MB with the queue at depth %" PRIu64
         "\n"
         "  created: %.1f MB for the thread, socket and context (a publisher of capacity 1), "
-        "%.0f bytes per slot\n"
+        "%.0f bytes per slot (its share of the string pool included)\n"
         "  filled:  %.0f more bytes per queued call (its %zu bytes of key, tenant and group "
         "%s)\n"
         "  -> a full default queue costs %.1f MB; %.0f bytes per queued call besides its strings\n",
         before, created, full, depth, fixed, per_slot, per_call, strings,
-        strings <= kInlineBytes ? "ride in its slot" : "take a heap block of their own",
+        strings <= kSlotBytes    ? "ride in its slot"
+        : strings <= kBlockBytes ? "take a pooled block, or a heap block once all are queued"
+                                 : "take a heap block of their own",
         full - before,
         per_slot + per_call - static_cast<double>(strings));
   }
