@@ -8,7 +8,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use mooncake_kv_events::bench::{KeyShape, SHAPES};
-use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+use mooncake_kv_events::{Medium, MediumSet, Publisher};
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::{Arc, Condvar, Mutex};
@@ -99,13 +99,7 @@ impl Drop for MutexCondvarPublisher {
 
 fn hot_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("on_put_commit");
-    let publisher = Publisher::create(&Config {
-        enable_kv_events: true,
-        bind_endpoint: format!("ipc:///tmp/kv-events-bench-{}.sock", std::process::id()),
-        backend_id: "bench".into(),
-        ..Config::default()
-    })
-    .unwrap();
+    let publisher = mooncake_kv_events::bench::publisher("bench");
     let baseline = MutexCondvarPublisher::new();
     let cpu = MediumSet::from([Medium::Cpu]);
     for shape in &SHAPES {

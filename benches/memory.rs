@@ -11,7 +11,7 @@
 //!   code, callers and publishing thread alike (libzmq's own, in C, are not counted).
 
 use mooncake_kv_events::bench::{FullQueue, KeyShape, LONGER_SHAPES, SHAPES};
-use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+use mooncake_kv_events::{Medium, MediumSet};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -80,13 +80,7 @@ fn full_queue(shape: &KeyShape) {
 }
 
 fn steady_state(shape: &KeyShape) {
-    let publisher = Publisher::create(&Config {
-        enable_kv_events: true,
-        bind_endpoint: format!("ipc:///tmp/kv-events-memory-{}.sock", std::process::id()),
-        backend_id: "bench".into(),
-        ..Config::default()
-    })
-    .unwrap();
+    let publisher = mooncake_kv_events::bench::publisher("memory");
     let keys: Vec<Vec<u8>> = (0..1024).map(|i| shape.key(i)).collect();
     let cpu = MediumSet::from([Medium::Cpu]);
     let mut sent = 0;

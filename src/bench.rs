@@ -92,6 +92,17 @@ impl FullQueue {
     }
 }
 
+/// An enabled publisher on an ipc endpoint of this process's own, with no subscriber.
+pub fn publisher(name: &str) -> crate::Publisher {
+    crate::Publisher::create(&Config {
+        enable_kv_events: true,
+        bind_endpoint: format!("ipc:///tmp/kv-events-{name}-{}.sock", std::process::id()),
+        backend_id: "bench".into(),
+        ..Config::default()
+    })
+    .expect("a publisher on a fresh ipc endpoint")
+}
+
 /// The tenant, key and group of one kind of call, as the benchmarks drive them.
 #[derive(Clone, Copy, Debug)]
 pub struct KeyShape {
