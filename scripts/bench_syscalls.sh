@@ -59,13 +59,6 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # Trace lines start with strace's -ttt timestamp, then the call: "1764850000.123456 write(...".
-# count <trace file>: "name=count" lines of the calls between the first and second getppid().
-count() {
-  awk '$2 ~ /^getppid\(/ { marks++; next }
-       marks == 1 && $2 ~ /^[a-z_0-9]+\(/ { sub(/\(.*/, "", $2); n[$2]++ }
-       END { for (k in n) printf "%s=%d\n", k, n[k] }' "$1" | sort
-}
-
 # window <trace files...>: the first getppid() of any and the last of any: the loops' span.
 window() {
   awk '$2 ~ /^getppid\(/ { if (first == "" || $1 < first) first = $1; if ($1 > last) last = $1 }
@@ -77,6 +70,11 @@ count_between() {
   awk -v from="$2" -v to="$3" '$1 >= from && $1 <= to && $2 ~ /^[a-z_0-9]+\(/ {
          sub(/\(.*/, "", $2); n[$2]++ }
        END { for (k in n) printf "%s=%d\n", k, n[k] }' "$1" | sort
+}
+
+# count <trace file>: "name=count" lines of the calls between its two getppid() markers.
+count() {
+  count_between "$1" $(window "$1") | grep -v '^getppid=' || true
 }
 
 # by_name <"name=count" lines>: one line, and the total.

@@ -59,6 +59,7 @@ impl EncodeBatches {
 #[derive(Debug)]
 pub struct FullQueue {
     queue: crate::queue::EventQueue,
+    /// Held so that what a full queue costs includes its pool, as a publisher's does.
     _strings: crate::pool::StringPool,
 }
 

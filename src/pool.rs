@@ -47,6 +47,14 @@ impl StringPool {
         let _ = self.blocks.push(block);
     }
 
+    /// One small pool for the tests that only need records of short strings.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> &'static StringPool {
+        static POOL: std::sync::LazyLock<StringPool> =
+            std::sync::LazyLock::new(|| StringPool::new(1));
+        &POOL
+    }
+
     /// Blocks free now.
     #[cfg(test)]
     pub(crate) fn free(&self) -> usize {

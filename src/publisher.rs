@@ -23,9 +23,9 @@ use std::time::{Duration, Instant};
 /// caller never needs to know which it holds.
 ///
 /// The three calls may be made from any number of threads at once, typically under the
-/// master's metadata locks. Each copies its strings into one record, or up to 256 bytes into a
-/// block of a pool the publishing thread refills (so without allocating), and pushes it onto a bounded lock-free queue, so
-/// its events stay contiguous in the stream and keep the calling thread's order. They never
+/// master's metadata locks. Each copies its strings into one record, or up to 256 bytes into
+/// a block of a pool that the publishing thread refills (so without allocating), and pushes
+/// it onto a bounded lock-free queue, so its events stay contiguous in the stream and keep the calling thread's order. They never
 /// wait: when the queue is full the oldest call's events are dropped, counted, and show as a
 /// sequence gap. They make no system call unless the publishing thread sleeps, or callers
 /// collide on the queue's tail often enough that crossbeam's backoff yields (rare:
@@ -425,12 +425,18 @@ mod tests {
     use crate::event::ObjectEvents;
     use crate::media::Medium;
 
-    static POOL: std::sync::LazyLock<StringPool> = std::sync::LazyLock::new(|| StringPool::new(1));
-
     fn object(key: &str) -> Record {
         let both = MediumSet::EMPTY.with(Medium::Cpu).with(Medium::Disk);
         Record::Object(
-            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, both, &POOL).unwrap(),
+            ObjectEvents::new(
+                b"t",
+                key.as_bytes(),
+                b"",
+                MediumSet::EMPTY,
+                both,
+                StringPool::for_tests(),
+            )
+            .unwrap(),
         )
     }
 

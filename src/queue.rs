@@ -150,12 +150,18 @@ mod tests {
     use crate::media::MediumSet;
     use std::sync::Arc;
 
-    static POOL: std::sync::LazyLock<StringPool> = std::sync::LazyLock::new(|| StringPool::new(1));
-
     fn object(key: &str, media: usize) -> Record {
         let stored = MediumSet::from_bits(if media == 2 { 3 } else { 1 });
         Record::Object(
-            ObjectEvents::new(b"t", key.as_bytes(), b"", MediumSet::EMPTY, stored, &POOL).unwrap(),
+            ObjectEvents::new(
+                b"t",
+                key.as_bytes(),
+                b"",
+                MediumSet::EMPTY,
+                stored,
+                StringPool::for_tests(),
+            )
+            .unwrap(),
         )
     }
 
