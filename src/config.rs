@@ -54,6 +54,33 @@ pub struct Config {
     /// file of an `ipc://` endpoint, set before any peer can reach it. A local user needs
     /// write permission on the file to connect. Ignored for other endpoints.
     pub ipc_mode: String,
+    /// `kv_events_handshake_timeout_ms`, default 3000: how long a connection to the publisher's
+    /// sockets may take to finish its ZeroMQ handshake (greeting, CURVE, allow-lists) before
+    /// the publisher closes it, so that peers which connect and send nothing hold a descriptor
+    /// for seconds at most. Between 100 and 600000.
+    pub handshake_timeout_ms: u32,
+    /// `kv_events_max_connections`, default 512: connections the publisher's sockets hold at
+    /// once, handshaking or not; a connection beyond it is closed as soon as it is accepted and
+    /// counted in `connections_refused`. Never more than half the process's descriptor limit
+    /// (`ulimit -n`): a larger value is lowered at creation, with a warning, so that the
+    /// publisher alone cannot run the master out of descriptors.
+    pub max_connections: u32,
+    /// `kv_events_max_connections_per_address`, default 64: connections one peer IP address
+    /// may hold at once (tcp endpoints); beyond it, refused like `max_connections`.
+    pub max_connections_per_address: u32,
+    /// `kv_events_send_hwm`, default 100000: messages the PUB socket holds for one subscriber
+    /// that has not read them yet; past it that subscriber loses messages (it sees a gap).
+    /// Subscribers share the messages they have not read, so the memory at stake is the
+    /// slowest subscriber's backlog, at most this many messages of at most 64 events.
+    pub send_hwm: u32,
+    /// `kv_events_replay_endpoint`, default empty (off): the ZeroMQ endpoint of a ROUTER socket,
+    /// beside the PUB socket and under its access rules, that answers `info` (the last sequence,
+    /// the oldest replayable one, the incarnation) and replays recently sent messages, so a
+    /// subscriber can learn of a loss at the end of a burst and fill a gap.
+    pub replay_endpoint: String,
+    /// `kv_events_replay_buffer_bytes`, default 64 MiB: how many bytes of recently sent
+    /// payloads the replay socket keeps; the oldest go first. 0 keeps none (`info` only).
+    pub replay_buffer_bytes: u64,
 }
 
 impl Default for Config {
@@ -74,6 +101,12 @@ impl Default for Config {
             curve_allow: String::new(),
             null_allow_addresses: String::new(),
             ipc_mode: "0660".into(),
+            handshake_timeout_ms: 3000,
+            max_connections: 512,
+            max_connections_per_address: 64,
+            send_hwm: 100_000,
+            replay_endpoint: String::new(),
+            replay_buffer_bytes: 64 << 20,
         }
     }
 }
@@ -108,6 +141,35 @@ impl Config {
         if self.queue_capacity == 0 {
             return invalid("kv_events_queue_capacity", "must be at least 1");
         }
+        if !(100..=600_000).contains(&self.handshake_timeout_ms) {
+            return invalid(
+                "kv_events_handshake_timeout_ms",
+                "must be between 100 and 600000 (milliseconds): without a bound, peers that \
+                 connect and send nothing hold descriptors for as long as they like",
+            );
+        }
+        if self.max_connections == 0 {
+            return invalid("kv_events_max_connections", "must be at least 1");
+        }
+        if self.max_connections_per_address == 0 {
+            return invalid(
+                "kv_events_max_connections_per_address",
+                "must be at least 1",
+            );
+        }
+        if self.send_hwm == 0 {
+            return invalid(
+                "kv_events_send_hwm",
+                "must be at least 1 (0 would let one stalled subscriber grow the publisher \
+                 without bound)",
+            );
+        }
+        if !self.replay_endpoint.is_empty() && self.replay_endpoint == self.bind_endpoint {
+            return invalid(
+                "kv_events_replay_endpoint",
+                "must differ from kv_events_bind_endpoint",
+            );
+        }
         crate::security::Settings::from_config(self).map(|_| ())
     }
 }
@@ -119,7 +181,9 @@ impl fmt::Display for Config {
             f,
             "bind_endpoint={:?} backend_id={:?} model_name={:?} block_size={} additional_salt={:?} \
              lora_name={:?} dp_rank={} emit_object_key={} emit_legacy_compat={} queue_capacity={} \
-             curve_secret_key_file={:?} curve_allow={:?} null_allow_addresses={:?} ipc_mode={:?}",
+             curve_secret_key_file={:?} curve_allow={:?} null_allow_addresses={:?} ipc_mode={:?} \
+             handshake_timeout_ms={} max_connections={} max_connections_per_address={} \
+             send_hwm={} replay_endpoint={:?} replay_buffer_bytes={}",
             self.bind_endpoint,
             self.backend_id,
             self.model_name,
@@ -135,6 +199,12 @@ impl fmt::Display for Config {
             self.curve_allow,
             self.null_allow_addresses,
             self.ipc_mode,
+            self.handshake_timeout_ms,
+            self.max_connections,
+            self.max_connections_per_address,
+            self.send_hwm,
+            self.replay_endpoint,
+            self.replay_buffer_bytes,
         )
     }
 }
@@ -149,10 +219,20 @@ pub enum CreateError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The PUB socket or the publishing thread could not be set up.
+    /// A socket could not be bound, or the publisher's threads could not be set up.
     Endpoint {
+        /// The master flag that names the endpoint: `kv_events_bind_endpoint` or
+        /// `kv_events_replay_endpoint`.
+        field: &'static str,
         /// The endpoint as configured.
         endpoint: String,
+        /// The reason the OS or ZeroMQ gave.
+        reason: String,
+    },
+    /// A socket option, a thread or the ZAP handler could not be set up.
+    Setup {
+        /// What failed, e.g. "the publishing thread" or "the replay socket".
+        what: String,
         /// The reason the OS or ZeroMQ gave.
         reason: String,
     },
@@ -161,13 +241,13 @@ pub enum CreateError {
 impl fmt::Display for CreateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            CreateError::Setup { what, reason } => write!(f, "cannot set up {what}: {reason}"),
             CreateError::InvalidConfig { field, reason } => write!(f, "{field} {reason}"),
-            CreateError::Endpoint { endpoint, reason } => {
-                write!(
-                    f,
-                    "kv_events_bind_endpoint \"{endpoint}\" cannot be bound: {reason}"
-                )
-            }
+            CreateError::Endpoint {
+                field,
+                endpoint,
+                reason,
+            } => write!(f, "{field} \"{endpoint}\" cannot be bound: {reason}"),
         }
     }
 }

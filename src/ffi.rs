@@ -135,6 +135,7 @@ impl From<&BridgeConfig> for Config {
             curve_allow: c.curve_allow.clone(),
             null_allow_addresses: c.null_allow_addresses.clone(),
             ipc_mode: c.ipc_mode.clone(),
+            ..Config::default()
         }
     }
 }

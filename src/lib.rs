@@ -19,6 +19,7 @@
 #[doc(hidden)]
 pub mod bench;
 mod config;
+mod connections;
 mod encode;
 mod event;
 mod ffi;
@@ -28,6 +29,7 @@ mod media;
 mod pool;
 mod publisher;
 mod queue;
+mod replay;
 mod scan;
 mod security;
 mod stats;

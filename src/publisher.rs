@@ -1,15 +1,17 @@
 //! The handle the master holds: the three calls, stats, flush and shutdown.
 
 use crate::config::{Config, CreateError};
+use crate::connections::Listeners;
 use crate::encode::Encoder;
 use crate::event::{ClearedEvent, ObjectEvents};
 use crate::log::{log, Level};
 use crate::media::MediumSet;
 use crate::pool::StringPool;
 use crate::queue::{EventQueue, Record};
+use crate::replay::{self, Identity, Ring, Server};
 use crate::security::{Guard, Settings};
 use crate::stats::{Counters, Stats};
-use crate::worker::Worker;
+use crate::worker::{Outlet, Worker};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -51,10 +53,13 @@ pub struct Publisher {
 struct Enabled {
     shared: Arc<Shared>,
     worker: Mutex<Option<JoinHandle<()>>>,
-    /// The thread that checks handshakes, when CURVE or an allow-list is on; stopped after
-    /// the publishing thread, once the PUB socket is closed.
+    /// The thread that serves the replay socket, when there is one.
+    replay: Mutex<Option<Server>>,
+    /// The thread that answers ZAP and watches connections; stopped last, once the sockets
+    /// are closed.
     guard: Mutex<Option<Guard>>,
     next_scan: AtomicU64,
+    incarnation: u64,
 }
 
 /// What the callers and the publishing thread share.
@@ -142,8 +147,9 @@ impl Publisher {
         Publisher { enabled: None }
     }
 
-    /// Validates `config`; when enabled, binds the PUB socket and starts the publishing
-    /// thread. Errors name the field or the endpoint and the reason.
+    /// Validates `config`; when enabled, binds the PUB socket (and the replay socket, when
+    /// configured) and starts the publishing thread. Errors name the field or the endpoint
+    /// and the reason.
     pub fn create(config: &Config) -> Result<Publisher, CreateError> {
         config.validate()?;
         if !config.enable_kv_events {
@@ -153,45 +159,114 @@ impl Publisher {
             );
             return Ok(Publisher::disabled());
         }
-        let endpoint_error = |reason: String| CreateError::Endpoint {
-            endpoint: config.bind_endpoint.clone(),
-            reason,
-        };
         let security = Settings::from_config(config)?;
         let described = security.describe();
         let shared = Arc::new(Shared::new(
             EventQueue::new(config.queue_capacity as usize),
             config.emit_object_key,
         ));
+        let peers = Arc::clone(&shared.counters.peers);
+        let setup = |what: &str| {
+            let what = what.to_owned();
+            move |reason: String| CreateError::Setup { what, reason }
+        };
         let context = zmq::Context::new();
         let socket = context
-            .socket(zmq::PUB)
-            .map_err(|e| endpoint_error(e.to_string()))?;
-        // A failed create must not wait for anything: nothing was sent yet.
-        socket
+            .socket(zmq::XPUB)
+            .map_err(|e| setup("the PUB socket")(e.to_string()))?;
+        // A failed create must not wait for anything: nothing was sent yet. Every
+        // subscription reaches the publishing thread, which refuses all but the empty topic.
+        let options = socket
             .set_linger(0)
-            .map_err(|e| endpoint_error(e.to_string()))?;
+            .and_then(|()| socket.set_xpub_verbose(true))
+            .and_then(|()| socket.set_sndhwm(config.send_hwm as i32));
+        options.map_err(|e| setup("the PUB socket")(e.to_string()))?;
+        security.secure(&socket).map_err(setup("the PUB socket"))?;
+        let replay_socket = if config.replay_endpoint.is_empty() {
+            None
+        } else {
+            let router = context
+                .socket(zmq::ROUTER)
+                .map_err(|e| setup("the replay socket")(e.to_string()))?;
+            replay::prepare(&router).map_err(setup("the replay socket"))?;
+            security
+                .secure(&router)
+                .map_err(setup("the replay socket"))?;
+            Some(router)
+        };
+        let listeners = Arc::new(Listeners::default());
+        let watched: Vec<&zmq::Socket> = std::iter::once(&socket)
+            .chain(replay_socket.as_ref())
+            .collect();
         let guard = security
-            .bind(
+            .watch(
                 &context,
-                &socket,
-                &config.bind_endpoint,
-                Arc::clone(&shared.counters.refused_handshakes),
+                &watched,
+                Arc::clone(&peers),
+                Arc::clone(&listeners),
             )
-            .map_err(endpoint_error)?;
-
-        let worker = Worker::spawn(
-            Arc::clone(&shared),
+            .map_err(setup("the connection watch"))?;
+        let bind = |socket: &zmq::Socket, field: &'static str, endpoint: &str| {
+            security
+                .bind(socket, endpoint)
+                .map_err(|reason| CreateError::Endpoint {
+                    field,
+                    endpoint: endpoint.to_owned(),
+                    reason,
+                })
+        };
+        bind(&socket, "kv_events_bind_endpoint", &config.bind_endpoint)?;
+        let incarnation = incarnation();
+        let (ring, replay) = match replay_socket {
+            None => (None, None),
+            Some(router) => {
+                bind(
+                    &router,
+                    "kv_events_replay_endpoint",
+                    &config.replay_endpoint,
+                )?;
+                let ring = Arc::new(Ring::new(config.replay_buffer_bytes, Arc::clone(&peers)));
+                let identity = Identity {
+                    incarnation,
+                    backend_id: config.backend_id.clone(),
+                    dp_rank: config.dp_rank,
+                };
+                let server = Server::start(
+                    router,
+                    config.replay_endpoint.clone(),
+                    Arc::clone(&ring),
+                    identity,
+                )
+                .map_err(|e| setup("the thread kv-events-replay")(e.to_string()))?;
+                (Some(ring), Some(server))
+            }
+        };
+        let outlet = Outlet {
             socket,
-            config.bind_endpoint.clone(),
-            Encoder::new(config),
-        )
-        .map_err(|e| endpoint_error(format!("cannot start the publishing thread: {e}")))?;
+            endpoint: config.bind_endpoint.clone(),
+            listeners,
+            ring,
+        };
+        let worker = Worker::spawn(Arc::clone(&shared), outlet, Encoder::new(config))
+            .map_err(|e| setup("the publishing thread")(e.to_string()))?;
         shared.queue.set_consumer(worker.thread().clone());
         log(
             Level::Info,
-            &format!("kv events publisher started: {config}; subscribers: {described}"),
+            &format!(
+                "kv events publisher started: {config}; incarnation {incarnation}; \
+                 subscribers: {described}"
+            ),
         );
+        if let Some(configured) = security.limit_lowered_from {
+            log(
+                Level::Warn,
+                &format!(
+                    "kv_events_max_connections={configured} is more than half the process's \
+                     descriptor limit (ulimit -n): the publisher holds at most {} connections",
+                    security.limits.total
+                ),
+            );
+        }
         if !config.emit_object_key {
             log(
                 Level::Warn,
@@ -203,8 +278,10 @@ impl Publisher {
             enabled: Some(Enabled {
                 shared,
                 worker: Mutex::new(Some(worker)),
-                guard: Mutex::new(guard),
+                replay: Mutex::new(replay),
+                guard: Mutex::new(Some(guard)),
                 next_scan: AtomicU64::new(1),
+                incarnation,
             }),
         })
     }
@@ -317,10 +394,11 @@ impl Publisher {
     pub fn stats(&self) -> Stats {
         match &self.enabled {
             None => Stats::default(),
-            Some(e) => e
-                .shared
-                .counters
-                .snapshot(e.shared.queue.len(), e.shared.queue.capacity()),
+            Some(e) => e.shared.counters.snapshot(
+                e.shared.queue.len(),
+                e.shared.queue.capacity(),
+                e.incarnation,
+            ),
         }
     }
 
@@ -381,7 +459,14 @@ impl Publisher {
         if let Some(worker) = worker {
             let _ = worker.join();
         }
-        // The PUB socket is closed: no handshake is left to check.
+        drop(
+            enabled
+                .replay
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        // The sockets are closed: no handshake is left to check.
         drop(
             enabled
                 .guard
@@ -399,6 +484,23 @@ impl Publisher {
             );
         }
     }
+}
+
+/// A random 64-bit id for one publisher's life, never 0 (which says "disabled").
+fn incarnation() -> u64 {
+    let mut bytes = [0u8; 8];
+    // SAFETY: getrandom writes at most `bytes.len()` bytes into `bytes`.
+    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
+    let random = if filled == bytes.len() as isize {
+        u64::from_ne_bytes(bytes)
+    } else {
+        // No entropy to be had: the time and the process still tell two lives apart.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        nanos ^ (u64::from(std::process::id()) << 32)
+    };
+    random.max(1)
 }
 
 impl Drop for Publisher {

@@ -7,11 +7,11 @@
 //! cryptography (libzmq encrypts on its I/O thread).
 
 use crate::config::{Config, CreateError};
+use crate::connections::{canonical, Connections, Ended, Limits, Listeners};
 use crate::keys::{self, Key, KeyPair};
 use crate::log::{Level, RateLimited};
-use std::mem::ManuallyDrop;
-use std::net::{IpAddr, SocketAddr};
-use std::os::fd::FromRawFd as _;
+use crate::stats::PeerCounters;
+use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -24,17 +24,21 @@ use std::time::Duration;
 const ZAP_DOMAIN: &str = "kv-events";
 /// Where a ZAP handler binds, by RFC 27, in the socket's own context.
 const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
-/// Where the PUB socket's monitor publishes its events; one per context, as each publisher
-/// has a context of its own.
-const MONITOR_ENDPOINT: &str = "inproc://kv-events-monitor";
 /// How long the thread waits between looks at its stop flag.
 const POLL: Duration = Duration::from_millis(100);
-/// At most one line about refused handshakes per this long, with the count of the others.
+/// At most one line about refused peers per this long, with the count of the others.
 const LOG_EVERY: Duration = Duration::from_secs(10);
+/// The largest message a peer may send: subscriptions and replay requests are a few bytes.
+/// A larger one ends its connection (libzmq's ZMQ_MAXMSGSIZE), before any of it is kept.
+pub(crate) const MAX_INBOUND_BYTES: i64 = 1024;
+/// Messages one peer may have waiting for the publisher to read them.
+pub(crate) const INBOUND_HWM: i32 = 64;
 
 // The monitor events and protocol error codes of libzmq's zmq.h (4.3), which the `zmq` crate
 // does not re-export as numbers; `watch` reads the same events on the subscriber's side.
+const EVENT_LISTENING: u32 = 0x0008;
 const EVENT_ACCEPTED: u32 = 0x0020;
+const EVENT_ACCEPT_FAILED: u32 = 0x0040;
 const EVENT_DISCONNECTED: u32 = 0x0200;
 const EVENT_MONITOR_STOPPED: u32 = 0x0400;
 pub(crate) const EVENT_HANDSHAKE_FAILED_NO_DETAIL: u32 = 0x0800;
@@ -54,7 +58,9 @@ pub(crate) fn monitor_event(frames: &[Vec<u8>]) -> Option<(u32, u32)> {
         u32::from_ne_bytes([head[2], head[3], head[4], head[5]]),
     ))
 }
-const MONITORED: i32 = (EVENT_ACCEPTED
+const MONITORED: i32 = (EVENT_LISTENING
+    | EVENT_ACCEPTED
+    | EVENT_ACCEPT_FAILED
     | EVENT_DISCONNECTED
     | EVENT_MONITOR_STOPPED
     | EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -67,6 +73,10 @@ pub(crate) struct Settings {
     allowed_keys: Option<Vec<Key>>,
     allowed_addresses: Option<Vec<IpAddr>>,
     ipc_mode: u32,
+    /// The bounds on connections, and the configured total when the descriptor limit
+    /// lowered it.
+    pub(crate) limits: Limits,
+    pub(crate) limit_lowered_from: Option<u32>,
 }
 
 impl std::fmt::Debug for Settings {
@@ -77,6 +87,7 @@ impl std::fmt::Debug for Settings {
             .field("allowed_keys", &self.allowed_keys.as_ref().map(Vec::len))
             .field("allowed_addresses", &self.allowed_addresses)
             .field("ipc_mode", &format_args!("{:04o}", self.ipc_mode))
+            .field("limits", &self.limits)
             .finish()
     }
 }
@@ -162,17 +173,19 @@ impl Settings {
             }
             Some(addresses)
         };
+        let (limits, lowered) = Limits::new(
+            config.max_connections,
+            config.max_connections_per_address,
+            config.handshake_timeout_ms,
+        );
         Ok(Settings {
             curve,
             allowed_keys,
             allowed_addresses,
             ipc_mode,
+            limits,
+            limit_lowered_from: lowered.then_some(config.max_connections),
         })
-    }
-
-    /// Whether handshakes are checked at all: then the thread `kv-events-zap` runs.
-    fn guarded(&self) -> bool {
-        self.curve.is_some() || self.allowed_addresses.is_some()
     }
 
     /// What is switched on, for the log at start: never a key.
@@ -195,71 +208,86 @@ impl Settings {
         parts.join("; ")
     }
 
-    /// Sets up `socket` (not yet bound) for these settings, starts the thread that answers
-    /// ZAP and watches handshakes when one is needed, then binds `endpoint`. The thread is
-    /// started before the bind, so no handshake ever goes unchecked.
-    pub(crate) fn bind(
-        self,
-        context: &zmq::Context,
-        socket: &zmq::Socket,
-        endpoint: &str,
-        refused: Arc<AtomicU64>,
-    ) -> Result<Option<Guard>, String> {
-        let guard = if self.guarded() {
-            if let Some(pair) = &self.curve {
-                socket.set_curve_server(true).map_err(|e| e.to_string())?;
-                socket
-                    .set_curve_secretkey(&pair.secret.0)
-                    .map_err(|e| e.to_string())?;
-            }
-            let zap = if self.allowed_keys.is_some() || self.allowed_addresses.is_some() {
-                socket
-                    .set_zap_domain(ZAP_DOMAIN)
-                    .map_err(|e| e.to_string())?;
-                let zap = context.socket(zmq::REP).map_err(|e| e.to_string())?;
-                zap.set_linger(0).map_err(|e| e.to_string())?;
-                zap.bind(ZAP_ENDPOINT)
-                    .map_err(|e| format!("cannot start the ZAP handler: {e}"))?;
-                Some(zap)
-            } else {
-                None
-            };
+    /// Sets up `socket`, not yet bound, for these rules: a CURVE server when a key is set,
+    /// every handshake put to the ZAP handler (which also turns away pre-ZMTP-3 peers), the
+    /// handshake timeout, and the bounds on what a peer may send.
+    pub(crate) fn secure(&self, socket: &zmq::Socket) -> Result<(), String> {
+        let failed = |what: &str, e: zmq::Error| format!("cannot set {what}: {e}");
+        if let Some(pair) = &self.curve {
             socket
-                .monitor(MONITOR_ENDPOINT, MONITORED)
-                .map_err(|e| format!("cannot monitor handshakes: {e}"))?;
-            let monitor = context.socket(zmq::PAIR).map_err(|e| e.to_string())?;
-            monitor.set_linger(0).map_err(|e| e.to_string())?;
-            monitor
-                .connect(MONITOR_ENDPOINT)
-                .map_err(|e| format!("cannot monitor handshakes: {e}"))?;
-            let stop = Arc::new(AtomicBool::new(false));
-            let handler = Handler {
-                zap,
-                monitor,
-                allowed_keys: self.allowed_keys,
-                allowed_addresses: self.allowed_addresses,
-                refused,
-                stop: Arc::clone(&stop),
-                peers: Vec::new(),
-                failure: None,
-                refusals: RateLimited::new(LOG_EVERY),
-            };
-            let thread = thread::Builder::new()
-                .name("kv-events-zap".into())
-                .spawn(move || handler.run())
-                .map_err(|e| format!("cannot start the thread kv-events-zap: {e}"))?;
-            Some(Guard {
-                stop,
-                thread: Some(thread),
-            })
-        } else {
-            None
-        };
-        match endpoint.strip_prefix("ipc://") {
-            Some(path) => bind_ipc(socket, Path::new(path), self.ipc_mode)?,
-            None => socket.bind(endpoint).map_err(|e| e.to_string())?,
+                .set_curve_server(true)
+                .map_err(|e| failed("CURVE", e))?;
+            socket
+                .set_curve_secretkey(&pair.secret.0)
+                .map_err(|e| failed("CURVE", e))?;
         }
-        Ok(guard)
+        socket
+            .set_zap_domain(ZAP_DOMAIN)
+            .map_err(|e| failed("the ZAP domain", e))?;
+        let timeout = self.limits.handshake_timeout.as_millis() as i32;
+        socket
+            .set_handshake_ivl(timeout)
+            .map_err(|e| failed("the handshake timeout", e))?;
+        socket
+            .set_maxmsgsize(MAX_INBOUND_BYTES)
+            .map_err(|e| failed("the largest inbound message", e))?;
+        socket
+            .set_rcvhwm(INBOUND_HWM)
+            .map_err(|e| failed("the inbound high-water mark", e))
+    }
+
+    /// Binds `socket` to `endpoint`; an `ipc://` socket file gets the configured mode.
+    pub(crate) fn bind(&self, socket: &zmq::Socket, endpoint: &str) -> Result<(), String> {
+        match endpoint.strip_prefix("ipc://") {
+            Some(path) => bind_ipc(socket, Path::new(path), self.ipc_mode),
+            None => socket.bind(endpoint).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Starts the thread `kv-events-zap`, which answers ZAP for every socket of `context`
+    /// and watches the connections of `sockets` through their monitors. Called before the
+    /// sockets are bound, so that no connection goes unseen and no handshake unchecked.
+    pub(crate) fn watch(
+        &self,
+        context: &zmq::Context,
+        sockets: &[&zmq::Socket],
+        counters: Arc<PeerCounters>,
+        listeners: Arc<Listeners>,
+    ) -> Result<Guard, String> {
+        let zap = context.socket(zmq::REP).map_err(|e| e.to_string())?;
+        zap.set_linger(0).map_err(|e| e.to_string())?;
+        zap.bind(ZAP_ENDPOINT)
+            .map_err(|e| format!("cannot start the ZAP handler: {e}"))?;
+        let mut monitors = Vec::with_capacity(sockets.len());
+        for (i, socket) in sockets.iter().enumerate() {
+            let endpoint = format!("inproc://kv-events-monitor-{i}");
+            let failed = |e: zmq::Error| format!("cannot monitor connections: {e}");
+            socket.monitor(&endpoint, MONITORED).map_err(failed)?;
+            let monitor = context.socket(zmq::PAIR).map_err(failed)?;
+            monitor.set_linger(0).map_err(failed)?;
+            monitor.connect(&endpoint).map_err(failed)?;
+            monitors.push((monitor, None));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler = Handler {
+            zap,
+            monitors,
+            allowed_keys: self.allowed_keys.clone(),
+            allowed_addresses: self.allowed_addresses.clone(),
+            counters,
+            stop: Arc::clone(&stop),
+            connections: Connections::new(self.limits),
+            listeners,
+            refusals: RateLimited::new(LOG_EVERY),
+        };
+        let thread = thread::Builder::new()
+            .name("kv-events-zap".into())
+            .spawn(move || handler.run())
+            .map_err(|e| format!("cannot start the thread kv-events-zap: {e}"))?;
+        Ok(Guard {
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 
@@ -323,20 +351,29 @@ impl Drop for Guard {
     }
 }
 
-/// The thread's state: the ZAP socket, the PUB socket's monitor, and what it knows of the
-/// connections it saw accepted.
+/// A handshake failure a monitor reported, waiting for the disconnection that says which
+/// connection it was (the event of a failure carries no descriptor).
+#[derive(Debug)]
+enum Failure {
+    /// ZAP said no; the ZAP handler logged why.
+    NotAdmitted,
+    /// A security mechanism or CURVE failure, in words for the operator.
+    Refused(String),
+    /// The connection ended, or timed out, before the handshake finished.
+    Unfinished,
+}
+
+/// The thread's state: the ZAP socket, the sockets' monitors (each with the failure it last
+/// reported), and the table of connections.
 struct Handler {
-    zap: Option<zmq::Socket>,
-    monitor: zmq::Socket,
+    zap: zmq::Socket,
+    monitors: Vec<(zmq::Socket, Option<Failure>)>,
     allowed_keys: Option<Vec<Key>>,
     allowed_addresses: Option<Vec<IpAddr>>,
-    refused: Arc<AtomicU64>,
+    counters: Arc<PeerCounters>,
     stop: Arc<AtomicBool>,
-    /// The peer of each accepted connection's descriptor, until it disconnects.
-    peers: Vec<(i32, Option<SocketAddr>)>,
-    /// A handshake failure the monitor reported, waiting for the disconnection that says
-    /// which peer it was (a monitor event of a failure carries no descriptor).
-    failure: Option<String>,
+    connections: Connections,
+    listeners: Arc<Listeners>,
     refusals: RateLimited,
 }
 
@@ -348,36 +385,39 @@ impl Handler {
             crate::log::log(
                 Level::Warn,
                 &format!(
-                    "{unsaid} more refused handshakes since the last report \
-                     (refused_handshakes counts them all)"
+                    "{unsaid} more refused peers since the last report (the publisher's \
+                     counters have them all)"
                 ),
             );
         }
     }
 
     fn serve(&mut self) {
-        loop {
-            if self.stop.load(Relaxed) {
-                return;
-            }
-            let mut items = vec![self.monitor.as_poll_item(zmq::POLLIN)];
-            if let Some(zap) = &self.zap {
-                items.push(zap.as_poll_item(zmq::POLLIN));
-            }
+        let mut running = self.monitors.len();
+        while running > 0 && !self.stop.load(Relaxed) {
+            self.connections.keep_reserve();
+            let mut items = vec![self.zap.as_poll_item(zmq::POLLIN)];
+            items.extend(
+                self.monitors
+                    .iter()
+                    .map(|(m, _)| m.as_poll_item(zmq::POLLIN)),
+            );
             if zmq::poll(&mut items, POLL.as_millis() as i64).is_err() {
                 continue;
             }
-            let (monitor_ready, zap_ready) = (
-                items[0].is_readable(),
-                items.get(1).is_some_and(|i| i.is_readable()),
-            );
+            let ready: Vec<bool> = items.iter().map(zmq::PollItem::is_readable).collect();
             drop(items);
-            if zap_ready {
+            if ready[0] {
                 self.answer_zap();
             }
-            if monitor_ready && !self.take_monitor_event() {
-                // The PUB socket is closed: nothing more will happen.
-                return;
+            for i in (0..self.monitors.len()).filter(|i| ready[i + 1]) {
+                while let Some(more) = self.take_monitor_event(i) {
+                    if !more {
+                        // That socket is closed: nothing more will happen on it.
+                        running -= 1;
+                        break;
+                    }
+                }
             }
         }
     }
@@ -385,8 +425,7 @@ impl Handler {
     /// Answers one ZAP request (RFC 27): 200 when the peer's address and key are allowed,
     /// 400 otherwise, logging why.
     fn answer_zap(&mut self) {
-        let Some(zap) = &self.zap else { return };
-        let Ok(request) = zap.recv_multipart(zmq::DONTWAIT) else {
+        let Ok(request) = self.zap.recv_multipart(zmq::DONTWAIT) else {
             return;
         };
         // version, request id, domain, address, identity, mechanism, credentials...
@@ -406,7 +445,7 @@ impl Handler {
             b"",
             b"",
         ];
-        let _ = zap.send_multipart(reply, 0);
+        let _ = self.zap.send_multipart(reply, 0);
         if let Some(why) = refusal {
             // The monitor counts the refusal (HANDSHAKE_FAILED_AUTH); here is its reason.
             self.refusals.log(Level::Warn, || {
@@ -444,63 +483,76 @@ impl Handler {
         None
     }
 
-    /// Takes one monitor event; false once the monitor stopped.
-    fn take_monitor_event(&mut self) -> bool {
-        let Ok(frames) = self.monitor.recv_multipart(zmq::DONTWAIT) else {
-            return true;
-        };
+    /// Takes one event of monitor `i`: `None` when none is waiting, `Some(false)` once the
+    /// monitor stopped.
+    fn take_monitor_event(&mut self, i: usize) -> Option<bool> {
+        let frames = self.monitors[i].0.recv_multipart(zmq::DONTWAIT).ok()?;
         let Some((event, value)) = monitor_event(&frames) else {
-            return true;
+            return Some(true);
         };
+        let counters = Arc::clone(&self.counters);
+        let fd = value as i32;
         match event {
-            EVENT_MONITOR_STOPPED => return false,
+            EVENT_MONITOR_STOPPED => return Some(false),
+            EVENT_LISTENING => self.connections.listening(&self.listeners, fd),
             EVENT_ACCEPTED => {
-                let fd = value as i32;
-                self.peers.retain(|(known, _)| *known != fd);
-                self.peers.push((fd, peer_of(fd)));
+                if let Some(why) = self.connections.accepted(&self.listeners, fd) {
+                    counters.connections_refused.fetch_add(1, Relaxed);
+                    self.refusals
+                        .log(Level::Warn, || format!("refused a connection: {why}"));
+                }
+            }
+            EVENT_ACCEPT_FAILED if matches!(value as i32, libc::EMFILE | libc::ENFILE) => {
+                let refused = self.connections.out_of_descriptors(&self.listeners);
+                counters
+                    .connections_refused
+                    .fetch_add(refused as u64, Relaxed);
+                self.refusals.log(Level::Error, || {
+                    format!(
+                        "the process has no file descriptor left: refused {refused} waiting \
+                         connections (raise ulimit -n, or lower kv_events_max_connections)"
+                    )
+                });
             }
             EVENT_DISCONNECTED => {
-                let fd = value as i32;
-                let peer = self
-                    .peers
-                    .iter()
-                    .position(|(known, _)| *known == fd)
-                    .and_then(|at| self.peers.swap_remove(at).1);
-                if let Some(why) = self.failure.take() {
-                    let from = peer.map_or_else(|| "an unknown address".into(), |p| p.to_string());
-                    self.refusals.log(Level::Warn, || {
-                        format!("refused a handshake from {from}: {why}")
-                    });
+                let (ended, peer) = self.connections.disconnected(fd);
+                let from = peer.map_or_else(|| "a local peer".into(), |p| p.to_string());
+                match (self.monitors[i].1.take(), ended) {
+                    (Some(Failure::Unfinished), Ended::AfterTimeout) => {
+                        counters.handshake_timeouts.fetch_add(1, Relaxed);
+                        self.refusals.log(Level::Warn, || {
+                            format!("closed a connection from {from}: no handshake in time")
+                        });
+                    }
+                    (Some(Failure::Refused(why)), _) => {
+                        self.refusals.log(Level::Warn, || {
+                            format!("refused a handshake from {from}: {why}")
+                        });
+                    }
+                    _ => {}
                 }
             }
             EVENT_HANDSHAKE_FAILED_AUTH => {
                 // Counted here, once per handshake; the ZAP handler logged the reason.
-                self.refused.fetch_add(1, Relaxed);
+                counters.refused_handshakes.fetch_add(1, Relaxed);
+                self.monitors[i].1 = Some(Failure::NotAdmitted);
             }
-            EVENT_HANDSHAKE_FAILED_PROTOCOL | EVENT_HANDSHAKE_FAILED_NO_DETAIL => {
-                self.refused.fetch_add(1, Relaxed);
-                self.failure = Some(protocol_failure(event, value));
+            EVENT_HANDSHAKE_FAILED_PROTOCOL => {
+                counters.refused_handshakes.fetch_add(1, Relaxed);
+                self.monitors[i].1 = Some(Failure::Refused(protocol_failure(value)));
             }
+            EVENT_HANDSHAKE_FAILED_NO_DETAIL => self.monitors[i].1 = Some(Failure::Unfinished),
             _ => {}
         }
-        true
-    }
-}
-
-/// An IPv4 address in IPv6 form (`::ffff:10.0.0.5`), as ZAP reports it on a dual-stack
-/// socket, compares as the IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
+        counters
+            .connections
+            .store(self.connections.len() as u64, Relaxed);
+        Some(true)
     }
 }
 
 /// What a failed handshake that ZAP never saw means, in words for the operator.
-fn protocol_failure(event: u32, value: u32) -> String {
-    if event == EVENT_HANDSHAKE_FAILED_NO_DETAIL {
-        return "the connection ended during the handshake".into();
-    }
+fn protocol_failure(value: u32) -> String {
     match value {
         PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH => {
             "the subscriber's security mechanism is not the publisher's (a subscriber without \
@@ -512,19 +564,6 @@ fn protocol_failure(event: u32, value: u32) -> String {
         }
         other => format!("ZMTP protocol error 0x{other:08x}"),
     }
-}
-
-/// The remote address of the connection on descriptor `fd`, while libzmq holds it open.
-fn peer_of(fd: i32) -> Option<SocketAddr> {
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `fd` is the descriptor of a connection libzmq accepted; ManuallyDrop keeps it
-    // from being closed here, and getpeername only reads. Should libzmq have closed it (and
-    // the number been reused) in between, the call fails or names another peer: a wrong
-    // address in a log line, nothing worse.
-    let stream = ManuallyDrop::new(unsafe { std::net::TcpStream::from_raw_fd(fd) });
-    stream.peer_addr().ok()
 }
 
 #[cfg(test)]

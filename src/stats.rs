@@ -31,11 +31,40 @@ pub struct Stats {
     pub queue_capacity: u64,
     /// The transport sequence of the last message sent, 0 before the first.
     pub last_sequence: u64,
-    /// Subscriber handshakes refused or failed since creation (CURVE or an allow-list on):
-    /// a key or address not admitted, no CURVE or the wrong server key, a connection that
-    /// ended mid-handshake. One per handshake; a refused subscriber that retries adds one
-    /// per attempt.
+    /// Subscriber handshakes refused since creation: a key or address not on an allow-list,
+    /// no CURVE or CURVE against a plain publisher, a CURVE handshake that does not decrypt
+    /// (the wrong server key). One per handshake; a refused subscriber that retries adds one
+    /// per attempt. The log line of each says why. A connection that closes before its
+    /// handshake (a TCP health check, a port scan) is not a refused handshake.
     pub refused_handshakes: u64,
+    /// The random 64-bit id of this publisher's life: a restart, or another master taking
+    /// over, shows a new one. 0 when disabled.
+    pub incarnation: u64,
+    /// Connections the publisher's sockets hold now, handshaking or subscribed.
+    pub connections: u64,
+    /// Connections closed as soon as they were accepted: over `kv_events_max_connections` or
+    /// `kv_events_max_connections_per_address`, or accepted while the process had no
+    /// descriptor to spare.
+    pub connections_refused: u64,
+    /// Connections closed because their handshake did not finish within
+    /// `kv_events_handshake_timeout_ms`.
+    pub handshake_timeouts: u64,
+    /// Subscriptions to anything but the stream's one topic (the empty one), which can never
+    /// match: the peer that sent one is disconnected.
+    pub subscriptions_refused: u64,
+    /// Requests the replay socket answered (`info`, replays).
+    pub replay_requests: u64,
+    /// Messages the replay socket sent again.
+    pub replayed_messages: u64,
+    /// Replay requests the socket could not read (unknown verb, wrong frames), each answered
+    /// with an error.
+    pub bad_requests: u64,
+    /// Replays given up because the requester stopped reading.
+    pub replays_abandoned: u64,
+    /// Bytes of payloads the replay buffer holds now.
+    pub replay_buffer_bytes: u64,
+    /// The oldest sequence a replay can send now; 0 when the buffer is empty.
+    pub replay_oldest_sequence: u64,
 }
 
 /// The counters behind [`Stats`], shared by the callers and the publishing thread.
@@ -50,9 +79,26 @@ pub(crate) struct Counters {
     pub(crate) cleared_suppressed: AtomicU64,
     pub(crate) send_failures: AtomicU64,
     pub(crate) last_sequence: AtomicU64,
-    /// Its own allocation, shared with the thread `kv-events-zap` that counts it, so the
-    /// callers' counters stay where they were.
-    pub(crate) refused_handshakes: Arc<AtomicU64>,
+    /// What the threads that watch connections and serve replays count; their own
+    /// allocation, so the callers' counters stay where they were.
+    pub(crate) peers: Arc<PeerCounters>,
+}
+
+/// The counters of connections, handshakes and replays, kept by the threads `kv-events-zap`
+/// and `kv-events-replay` and the publishing thread.
+#[derive(Debug, Default)]
+pub(crate) struct PeerCounters {
+    pub(crate) refused_handshakes: AtomicU64,
+    pub(crate) connections: AtomicU64,
+    pub(crate) connections_refused: AtomicU64,
+    pub(crate) handshake_timeouts: AtomicU64,
+    pub(crate) subscriptions_refused: AtomicU64,
+    pub(crate) replay_requests: AtomicU64,
+    pub(crate) replayed_messages: AtomicU64,
+    pub(crate) bad_requests: AtomicU64,
+    pub(crate) replays_abandoned: AtomicU64,
+    pub(crate) replay_buffer_bytes: AtomicU64,
+    pub(crate) replay_oldest_sequence: AtomicU64,
 }
 
 impl Counters {
@@ -60,7 +106,13 @@ impl Counters {
         counter.fetch_add(n as u64, Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, queue_depth: usize, queue_capacity: usize) -> Stats {
+    pub(crate) fn snapshot(
+        &self,
+        queue_depth: usize,
+        queue_capacity: usize,
+        incarnation: u64,
+    ) -> Stats {
+        let peers = &*self.peers;
         Stats {
             enabled: true,
             published_batches: self.published_batches.load(Relaxed),
@@ -72,7 +124,18 @@ impl Counters {
             queue_depth: queue_depth as u64,
             queue_capacity: queue_capacity as u64,
             last_sequence: self.last_sequence.load(Relaxed),
-            refused_handshakes: self.refused_handshakes.load(Relaxed),
+            refused_handshakes: peers.refused_handshakes.load(Relaxed),
+            incarnation,
+            connections: peers.connections.load(Relaxed),
+            connections_refused: peers.connections_refused.load(Relaxed),
+            handshake_timeouts: peers.handshake_timeouts.load(Relaxed),
+            subscriptions_refused: peers.subscriptions_refused.load(Relaxed),
+            replay_requests: peers.replay_requests.load(Relaxed),
+            replayed_messages: peers.replayed_messages.load(Relaxed),
+            bad_requests: peers.bad_requests.load(Relaxed),
+            replays_abandoned: peers.replays_abandoned.load(Relaxed),
+            replay_buffer_bytes: peers.replay_buffer_bytes.load(Relaxed),
+            replay_oldest_sequence: peers.replay_oldest_sequence.load(Relaxed),
         }
     }
 }
@@ -88,7 +151,7 @@ impl Stats {
 /// type, help, and the field it reads.
 type Metric = (&'static str, &'static str, &'static str, fn(&Stats) -> u64);
 
-const METRICS: [Metric; 11] = [
+const METRICS: [Metric; 21] = [
     (
         "enabled",
         "gauge",
@@ -152,8 +215,68 @@ const METRICS: [Metric; 11] = [
     (
         "refused_handshakes_total",
         "counter",
-        "Subscriber handshakes refused or failed (CURVE, allow-lists).",
+        "Subscriber handshakes refused: not on an allow-list, wrong mechanism, wrong CURVE key.",
         |s| s.refused_handshakes,
+    ),
+    (
+        "connections",
+        "gauge",
+        "Connections the publisher's sockets hold now.",
+        |s| s.connections,
+    ),
+    (
+        "connections_refused_total",
+        "counter",
+        "Connections closed at once: over a connection bound, or no descriptor to spare.",
+        |s| s.connections_refused,
+    ),
+    (
+        "handshake_timeouts_total",
+        "counter",
+        "Connections closed because their handshake did not finish in time.",
+        |s| s.handshake_timeouts,
+    ),
+    (
+        "subscriptions_refused_total",
+        "counter",
+        "Subscriptions to a topic that can never match; the peer is disconnected.",
+        |s| s.subscriptions_refused,
+    ),
+    (
+        "replay_requests_total",
+        "counter",
+        "Requests the replay socket answered.",
+        |s| s.replay_requests,
+    ),
+    (
+        "replayed_messages_total",
+        "counter",
+        "Messages sent again by the replay socket.",
+        |s| s.replayed_messages,
+    ),
+    (
+        "bad_requests_total",
+        "counter",
+        "Replay socket requests that could not be read, each answered with an error.",
+        |s| s.bad_requests,
+    ),
+    (
+        "replays_abandoned_total",
+        "counter",
+        "Replays given up because the requester stopped reading.",
+        |s| s.replays_abandoned,
+    ),
+    (
+        "replay_buffer_bytes",
+        "gauge",
+        "Bytes of payloads the replay buffer holds.",
+        |s| s.replay_buffer_bytes,
+    ),
+    (
+        "replay_oldest_sequence",
+        "gauge",
+        "Oldest sequence a replay can send; 0 when the buffer is empty.",
+        |s| s.replay_oldest_sequence,
     ),
 ];
 
@@ -161,7 +284,7 @@ impl Stats {
     /// The same values in the Prometheus text exposition format (version 0.0.4), every name
     /// prefixed `mooncake_kv_events_`, for the master to append to its `/metrics`.
     pub fn to_prometheus(&self) -> String {
-        METRICS
+        let mut text: String = METRICS
             .iter()
             .map(|(name, kind, help, value)| {
                 let name = format!("mooncake_kv_events_{name}");
@@ -170,7 +293,16 @@ impl Stats {
                     value(self)
                 )
             })
-            .collect()
+            .collect();
+        // A label, not a value: a sample is a float64, which would round a 64-bit id.
+        let name = "mooncake_kv_events_incarnation_info";
+        text.push_str(&format!(
+            "# HELP {name} The random id of this publisher's life, which changes at every \
+             restart or takeover, as the label incarnation.\n# TYPE {name} gauge\n\
+             {name}{{incarnation=\"{}\"}} 1\n",
+            self.incarnation
+        ));
+        text
     }
 }
 
@@ -190,7 +322,7 @@ mod tests {
         assert_eq!(json["enabled"], true);
         assert_eq!(json["dropped_events"], 3);
         assert_eq!(json["queue_capacity"], 64);
-        assert_eq!(json.as_object().unwrap().len(), 11);
+        assert_eq!(json.as_object().unwrap().len(), 22);
     }
 
     #[test]
@@ -206,7 +338,10 @@ mod tests {
         assert!(text.contains("\nmooncake_kv_events_dropped_events_total 7\n"));
         assert!(text.contains("\nmooncake_kv_events_queue_depth 2\n"));
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
-        assert_eq!(samples, 11);
-        assert_eq!(text.lines().filter(|l| l.starts_with("# HELP")).count(), 11);
+        assert_eq!(samples, METRICS.len() + 1);
+        assert_eq!(
+            text.lines().filter(|l| l.starts_with("# HELP")).count(),
+            METRICS.len() + 1
+        );
     }
 }

@@ -1,11 +1,17 @@
 //! The publishing thread: takes records off the queue in order, batches and encodes their
 //! events, and sends each batch as one three-frame message on the PUB socket.
+//!
+//! The socket is an XPUB so that the thread sees what peers subscribe to: the stream has one
+//! topic, the empty one, and a peer that subscribes to anything else (which could never
+//! match, and which libzmq would keep in memory for as long as the peer stays) is cut off.
 
+use crate::connections::Listeners;
 use crate::encode::{Encoder, MAX_BATCH_EVENTS};
 use crate::event::Event;
 use crate::log::{log, Level, RateLimited};
 use crate::publisher::Shared;
 use crate::queue::Record;
+use crate::replay::Ring;
 use crate::scan::ScanLog;
 use crate::stats::Counters;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -41,6 +47,19 @@ pub(crate) struct Worker {
     dropped_seen: u64,
     payload: Vec<u8>,
     send_failures: RateLimited,
+    /// To cut a peer off by the descriptor its subscription came from.
+    listeners: Arc<Listeners>,
+    refused_subscriptions: RateLimited,
+    /// What was sent, for the replay socket, when there is one.
+    ring: Option<Arc<Ring>>,
+}
+
+/// What the publishing thread needs besides the state it shares with the callers.
+pub(crate) struct Outlet {
+    pub(crate) socket: zmq::Socket,
+    pub(crate) endpoint: String,
+    pub(crate) listeners: Arc<Listeners>,
+    pub(crate) ring: Option<Arc<Ring>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -54,14 +73,16 @@ impl std::fmt::Debug for Worker {
 impl Worker {
     pub(crate) fn spawn(
         shared: Arc<Shared>,
-        socket: zmq::Socket,
-        endpoint: String,
+        outlet: Outlet,
         encoder: Encoder,
     ) -> std::io::Result<JoinHandle<()>> {
         let worker = Worker {
             shared,
-            socket,
-            endpoint,
+            socket: outlet.socket,
+            endpoint: outlet.endpoint,
+            listeners: outlet.listeners,
+            ring: outlet.ring,
+            refused_subscriptions: RateLimited::new(Duration::from_secs(10)),
             encoder,
             scans: ScanLog::default(),
             batch: Vec::with_capacity(MAX_BATCH_EVENTS),
@@ -81,6 +102,7 @@ impl Worker {
         loop {
             // Read before draining: whatever was queued before shutdown began is then sent.
             let closing = self.shared.is_closing();
+            self.take_subscriptions();
             let (taken, _) = self.drain(None);
             if closing {
                 break;
@@ -125,6 +147,32 @@ impl Worker {
         // whatever was there.
         if let Some(path) = self.endpoint.strip_prefix("ipc://") {
             let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Reads what peers sent: subscriptions to the empty topic and their cancellations are
+    /// libzmq's business; anything else is refused and its peer cut off.
+    fn take_subscriptions(&mut self) {
+        let mut message = zmq::Message::new();
+        while self.socket.recv(&mut message, zmq::DONTWAIT).is_ok() {
+            if matches!(&message[..], [0 | 1]) {
+                continue;
+            }
+            Counters::add(&self.shared.counters.peers.subscriptions_refused, 1);
+            let fd = message.gets("__fd").and_then(|fd| fd.parse().ok());
+            let cut = fd.is_some_and(|fd| self.listeners.cut(fd));
+            let size = message.len();
+            self.refused_subscriptions.log(Level::Warn, || {
+                format!(
+                    "refused a subscription of {size} bytes: the stream's only topic is the \
+                     empty one{}",
+                    if cut {
+                        "; its peer was disconnected"
+                    } else {
+                        ""
+                    }
+                )
+            });
         }
     }
 
@@ -209,6 +257,9 @@ impl Worker {
                     .send(&self.sequence.to_be_bytes()[..], zmq::SNDMORE)
             })
             .and_then(|()| self.socket.send(&self.payload[..], 0));
+        if let Some(ring) = &self.ring {
+            ring.sent(self.sequence, sent.is_ok().then_some(&self.payload[..]));
+        }
         match sent {
             Ok(()) => {
                 Counters::add(&counters.published_batches, 1);

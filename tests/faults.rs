@@ -57,6 +57,8 @@ fn a_stalled_subscriber_slows_neither_the_caller_nor_other_subscribers() {
     let calls = 200_000; // 6,250 messages
     let (publisher, endpoint) = publish(Config {
         queue_capacity: 1 << 18,
+        // A send limit far below the messages sent, so that the stalled peer overflows it.
+        send_hwm: 1000,
         ..config("")
     });
     let context = zmq::Context::new();

@@ -1,0 +1,459 @@
+//! Who holds a connection to the publisher's sockets, and how many.
+//!
+//! libzmq accepts every connection its listeners see and gives its user no say, and the
+//! descriptors it spends are the whole master's. So the thread `kv-events-zap` learns of each
+//! accepted connection from the sockets' monitors, keeps this table, and cuts at once a
+//! connection over the bounds (in all, and per peer address): it shuts the connection down
+//! and libzmq closes it as if the peer had left. libzmq's own handshake timeout closes peers
+//! that connect and never finish their handshake.
+//!
+//! When the process has no descriptor left, libzmq's accept fails while the connection stays
+//! queued, and its I/O thread retries at once, forever: a core at 100 %. The table keeps one
+//! descriptor in reserve for that moment: it gives it up, takes the queued connections off
+//! the listeners itself and closes them, then takes the reserve again.
+
+use std::collections::HashMap;
+use std::mem::{size_of, zeroed};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// The bounds on connections, as configured and as the descriptor limit allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Connections held at once on all of the publisher's sockets.
+    pub(crate) total: u32,
+    /// Connections one peer address may hold at once.
+    pub(crate) per_address: u32,
+    /// How long libzmq lets a handshake take.
+    pub(crate) handshake_timeout: Duration,
+}
+
+impl Limits {
+    /// `max_connections`, lowered to half the process's descriptor limit when that is
+    /// smaller; the second value says whether it was lowered.
+    pub(crate) fn new(
+        max_connections: u32,
+        per_address: u32,
+        handshake_timeout_ms: u32,
+    ) -> (Limits, bool) {
+        let half_limit = descriptor_limit().map_or(u64::MAX, |n| (n / 2).max(1));
+        let total = u64::from(max_connections).min(half_limit) as u32;
+        let limits = Limits {
+            total,
+            per_address: per_address.min(total),
+            handshake_timeout: Duration::from_millis(u64::from(handshake_timeout_ms)),
+        };
+        (limits, total < max_connections)
+    }
+}
+
+/// The process's soft limit on open descriptors (`ulimit -n`), if it has one.
+fn descriptor_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct it is given.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
+}
+
+/// A socket's address as getsockname or getpeername give it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Name {
+    Inet(SocketAddr),
+    Unix(Vec<u8>),
+}
+
+impl Name {
+    /// The local address of `fd` (`peer` false) or its peer's.
+    fn of(fd: RawFd, peer: bool) -> Option<Name> {
+        // SAFETY: an all-zero sockaddr_storage is a valid value of that plain C struct.
+        let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+        let mut len = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let address = (&mut storage as *mut libc::sockaddr_storage).cast::<libc::sockaddr>();
+        // SAFETY: the call writes at most `len` bytes into `storage`, which has that size.
+        let rc = unsafe {
+            if peer {
+                libc::getpeername(fd, address, &mut len)
+            } else {
+                libc::getsockname(fd, address, &mut len)
+            }
+        };
+        if rc != 0 {
+            return None;
+        }
+        match i32::from(storage.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let a = unsafe { &*(address as *const libc::sockaddr_in) };
+                let ip = Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                Some(Name::Inet(SocketAddr::V4(SocketAddrV4::new(
+                    ip,
+                    u16::from_be(a.sin_port),
+                ))))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let a = unsafe { &*(address as *const libc::sockaddr_in6) };
+                let ip = Ipv6Addr::from(a.sin6_addr.s6_addr);
+                Some(Name::Inet(SocketAddr::V6(SocketAddrV6::new(
+                    ip,
+                    u16::from_be(a.sin6_port),
+                    a.sin6_flowinfo,
+                    a.sin6_scope_id,
+                ))))
+            }
+            libc::AF_UNIX => {
+                // SAFETY: the family says the storage holds a sockaddr_un.
+                let a = unsafe { &*(address as *const libc::sockaddr_un) };
+                let path_len = (len as usize).saturating_sub(size_of::<libc::sa_family_t>());
+                let path = a.sun_path[..path_len.min(a.sun_path.len())]
+                    .iter()
+                    .map(|&c| c as u8)
+                    .collect();
+                Some(Name::Unix(path))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a connection whose local address is `self` was accepted by a listener bound
+    /// to `listener` (a wildcard listener accepts on any address of its port).
+    fn accepted_by(&self, listener: &Name) -> bool {
+        match (self, listener) {
+            (Name::Inet(local), Name::Inet(bound)) => {
+                local.port() == bound.port()
+                    && (bound.ip().is_unspecified()
+                        || canonical(local.ip()) == canonical(bound.ip()))
+            }
+            (Name::Unix(local), Name::Unix(bound)) => local == bound,
+            _ => false,
+        }
+    }
+}
+
+/// An IPv4 address in IPv6 form (`::ffff:10.0.0.5`), as a dual-stack socket reports it,
+/// compares as the IPv4 address.
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// The listeners of the publisher's sockets, for cutting connections safely from any thread.
+#[derive(Debug, Default)]
+pub(crate) struct Listeners(Mutex<Vec<(RawFd, Name)>>);
+
+impl Listeners {
+    /// A socket is listening on descriptor `fd` (the monitor's LISTENING event).
+    fn add(&self, fd: RawFd) {
+        if let Some(name) = Name::of(fd, false) {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((fd, name));
+        }
+    }
+
+    /// Shuts down the connection libzmq holds on descriptor `fd`, so that libzmq closes it;
+    /// false when `fd` is no longer one of the listeners' connections.
+    ///
+    /// The descriptor number comes from an event that may be stale: libzmq may have closed
+    /// it since, and the master may have opened something else under the same number. So
+    /// the connection is first duplicated (the duplicate names the same connection whatever
+    /// happens to the number), and shut down only if its local address is a listener's.
+    pub(crate) fn cut(&self, fd: RawFd) -> bool {
+        // SAFETY: F_DUPFD_CLOEXEC only creates a new descriptor; a stale `fd` makes it fail
+        // or duplicate some other open file, which the check below then leaves alone.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return false;
+        }
+        // SAFETY: `dup` was just created and is owned here alone.
+        let dup = unsafe { OwnedFd::from_raw_fd(dup) };
+        let Some(local) = Name::of(dup.as_raw_fd(), false) else {
+            return false;
+        };
+        let ours = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|(_, listener)| local.accepted_by(listener));
+        // SAFETY: shutdown on a descriptor this function owns; libzmq's own descriptor for
+        // the same connection then reads end-of-file and closes.
+        ours && unsafe { libc::shutdown(dup.as_raw_fd(), libc::SHUT_RDWR) } == 0
+    }
+
+    /// Takes the connections queued on every listener and closes them; how many. For when
+    /// the process has no descriptor to give libzmq's accept.
+    fn refuse_queued(&self) -> usize {
+        let listeners = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut refused = 0;
+        for (fd, name) in listeners.iter() {
+            // The number is libzmq's until the socket closes; make sure it is still the
+            // listener before taking anything from it.
+            if Name::of(*fd, false).as_ref() != Some(name) {
+                continue;
+            }
+            while refused < 4096 && readable(*fd) {
+                // SAFETY: accept4 on a listening socket, with no address wanted back.
+                let taken = unsafe {
+                    libc::accept4(
+                        *fd,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    )
+                };
+                if taken < 0 {
+                    break;
+                }
+                // SAFETY: `taken` was just accepted and is owned here alone.
+                drop(unsafe { OwnedFd::from_raw_fd(taken) });
+                refused += 1;
+            }
+        }
+        refused
+    }
+}
+
+/// One accepted connection.
+#[derive(Debug)]
+struct Open {
+    address: Option<IpAddr>,
+    since: Instant,
+    /// Cut by the bounds: its end is already counted.
+    cut: bool,
+}
+
+/// How one connection ended, as far as the table can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Cut at once by the bounds (already counted).
+    Cut,
+    /// Open at least the handshake timeout: libzmq's timer closed it.
+    AfterTimeout,
+    /// Anything else: the peer left, or a handshake failed for a reason said elsewhere.
+    Other,
+}
+
+/// The connections the publisher's sockets hold, kept by the thread `kv-events-zap`.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    limits: Limits,
+    open: HashMap<RawFd, Open>,
+    per_address: HashMap<IpAddr, u32>,
+    /// Spent when the process has no descriptor left; see the module's doc.
+    reserve: Option<OwnedFd>,
+}
+
+/// A connection was refused: why, in words for the log.
+pub(crate) type Refusal = String;
+
+impl Connections {
+    pub(crate) fn new(limits: Limits) -> Connections {
+        Connections {
+            limits,
+            open: HashMap::new(),
+            per_address: HashMap::new(),
+            reserve: open_reserve(),
+        }
+    }
+
+    /// How many connections are open now.
+    pub(crate) fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    /// A listener of the publisher's sockets is bound on `fd`.
+    pub(crate) fn listening(&self, listeners: &Listeners, fd: RawFd) {
+        listeners.add(fd);
+    }
+
+    /// libzmq accepted a connection on `fd`: recorded, and cut at once when it is over a
+    /// bound.
+    pub(crate) fn accepted(&mut self, listeners: &Listeners, fd: RawFd) -> Option<Refusal> {
+        let address = match Name::of(fd, true) {
+            Some(Name::Inet(peer)) => Some(canonical(peer.ip())),
+            _ => None,
+        };
+        // A number reused before its disconnection was seen: the older connection is gone.
+        self.forget(fd);
+        let from_address = address.map_or(0, |a| self.per_address.get(&a).copied().unwrap_or(0));
+        let refusal = if self.open.len() >= self.limits.total as usize {
+            Some(format!(
+                "the publisher holds {} connections, kv_events_max_connections",
+                self.limits.total
+            ))
+        } else if from_address >= self.limits.per_address {
+            Some(format!(
+                "{} holds {from_address} connections, kv_events_max_connections_per_address",
+                address.map_or_else(String::new, |a| a.to_string())
+            ))
+        } else {
+            None
+        };
+        let cut = refusal.is_some() && listeners.cut(fd);
+        if let Some(address) = address {
+            *self.per_address.entry(address).or_default() += 1;
+        }
+        self.open.insert(
+            fd,
+            Open {
+                address,
+                since: Instant::now(),
+                cut,
+            },
+        );
+        refusal.filter(|_| cut)
+    }
+
+    /// libzmq closed the connection on `fd`: how it ended, and the peer's address.
+    pub(crate) fn disconnected(&mut self, fd: RawFd) -> (Ended, Option<IpAddr>) {
+        let open = self.forget(fd);
+        let ended = match &open {
+            Some(open) if open.cut => Ended::Cut,
+            Some(open) if open.since.elapsed() >= self.limits.handshake_timeout => {
+                Ended::AfterTimeout
+            }
+            _ => Ended::Other,
+        };
+        (ended, open.and_then(|o| o.address))
+    }
+
+    fn forget(&mut self, fd: RawFd) -> Option<Open> {
+        let open = self.open.remove(&fd)?;
+        if let Some(address) = open.address {
+            if let Some(n) = self.per_address.get_mut(&address) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_address.remove(&address);
+                }
+            }
+        }
+        Some(open)
+    }
+
+    /// libzmq could not accept for want of descriptors: spends the reserve to take the
+    /// queued connections off the listeners and close them; how many.
+    pub(crate) fn out_of_descriptors(&mut self, listeners: &Listeners) -> usize {
+        drop(self.reserve.take());
+        let refused = listeners.refuse_queued();
+        self.reserve = open_reserve();
+        refused
+    }
+
+    /// Takes the reserve again if an earlier attempt found no descriptor for it.
+    pub(crate) fn keep_reserve(&mut self) {
+        if self.reserve.is_none() {
+            self.reserve = open_reserve();
+        }
+    }
+}
+
+/// Whether `fd` has something to read (for a listener: a queued connection), without
+/// waiting: libzmq's listeners are non-blocking, but the library does not rely on it.
+fn readable(fd: RawFd) -> bool {
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes the one pollfd it is given, and does not wait.
+    let ready = unsafe { libc::poll(&mut poll, 1, 0) };
+    ready == 1 && poll.revents & libc::POLLIN != 0
+}
+
+fn open_reserve() -> Option<OwnedFd> {
+    std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd as _;
+
+    #[test]
+    fn the_bound_never_exceeds_half_the_descriptor_limit() {
+        let (limits, lowered) = Limits::new(u32::MAX, 64, 3000);
+        let half = descriptor_limit().map_or(u64::from(u32::MAX), |n| n / 2);
+        assert_eq!(u64::from(limits.total), half.min(u64::from(u32::MAX)));
+        assert_eq!(lowered, half < u64::from(u32::MAX));
+        let (small, lowered) = Limits::new(8, 64, 3000);
+        assert_eq!((small.total, small.per_address, lowered), (8, 8, false));
+    }
+
+    #[test]
+    fn a_cut_shuts_down_a_listeners_connection_and_nothing_else() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listeners = Listeners::default();
+        listeners.add(listener.as_raw_fd());
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        // A connection of another listener is not ours to cut.
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _stranger = TcpStream::connect(other.local_addr().unwrap()).unwrap();
+        let (foreign, _) = other.accept().unwrap();
+        assert!(!listeners.cut(foreign.as_raw_fd()));
+        assert!(listeners.cut(accepted.as_raw_fd()));
+        let mut buf = [0u8; 1];
+        use std::io::Read as _;
+        assert_eq!(
+            (&client).read(&mut buf).unwrap(),
+            0,
+            "the peer sees the end"
+        );
+        // A number that names nothing is refused, not a crash.
+        assert!(!listeners.cut(1 << 20));
+    }
+
+    #[test]
+    fn bounds_refuse_past_the_total_and_per_address() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listeners = Listeners::default();
+        listeners.add(listener.as_raw_fd());
+        let mut table = Connections::new(Limits {
+            total: 3,
+            per_address: 2,
+            handshake_timeout: Duration::from_secs(3),
+        });
+        let mut kept = Vec::new();
+        let mut refusals = Vec::new();
+        for _ in 0..3 {
+            let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (accepted, _) = listener.accept().unwrap();
+            refusals.push(table.accepted(&listeners, accepted.as_raw_fd()));
+            kept.push((client, accepted));
+        }
+        assert!(refusals[0].is_none() && refusals[1].is_none());
+        let why = refusals[2].as_deref().unwrap();
+        assert!(
+            why.contains("kv_events_max_connections_per_address"),
+            "{why}"
+        );
+        assert_eq!(table.len(), 3);
+        assert_eq!(table.disconnected(kept[2].1.as_raw_fd()).0, Ended::Cut);
+        assert_eq!(table.disconnected(kept[0].1.as_raw_fd()).0, Ended::Other);
+        assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn queued_connections_are_taken_and_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listeners = Listeners::default();
+        listeners.add(listener.as_raw_fd());
+        let clients: Vec<_> = (0..3)
+            .map(|_| TcpStream::connect(listener.local_addr().unwrap()).unwrap())
+            .collect();
+        let mut table = Connections::new(Limits::new(16, 16, 3000).0);
+        assert_eq!(table.out_of_descriptors(&listeners), 3);
+        assert!(table.reserve.is_some());
+        drop(clients);
+    }
+}

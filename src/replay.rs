@@ -1,0 +1,430 @@
+//! The replay socket: a ROUTER beside the PUB socket, under the same access rules, through
+//! which a subscriber learns where the stream stands and gets back what it missed.
+//!
+//! Requests are the frames after the ROUTER's routing id (a DEALER sends them as written):
+//! - `["", start_seq]`, `start_seq` 8 bytes big-endian: every retained message with sequence
+//!   at least `start_seq`, in order, each `["", seq, payload]` byte for byte as the PUB socket
+//!   sent it, then `["", -1 as 8 signed big-endian bytes, ""]`. This is vLLM's replay
+//!   protocol, so its clients work unchanged. What the buffer no longer holds, or what was
+//!   never sent, is absent.
+//! - `["", "info"]`: `["", "info", map]`, the map holding `incarnation`, `backend_id`,
+//!   `dp_rank`, `last_sequence` (of the last message sent, 0 before the first),
+//!   `oldest_sequence` (the oldest a replay can send, 0 when none) and `snapshots`.
+//! - anything else: `["", "error", text]`, counted in `bad_requests`.
+//!
+//! The thread `kv-events-replay` owns the socket; the publishing thread only appends what it
+//! sent to the [`Ring`]. A replay is sent a slice at a time, so one large replay neither
+//! stalls another nor takes the libzmq I/O thread from the live stream for long; a requester
+//! whose queue stays full longer than [`STALLED_FOR`] is abandoned.
+
+use crate::log::{log, Level};
+use crate::stats::PeerCounters;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// The sequence frame that ends a replay: -1 as a signed 64-bit big-endian integer.
+const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
+/// Replays sent at once; a request beyond them is answered "busy".
+const MAX_REPLAYS: usize = 8;
+/// Messages one replay sends before the others get their turn.
+const SLICE: usize = 64;
+/// A replay whose requester reads nothing for this long is given up.
+const STALLED_FOR: Duration = Duration::from_secs(5);
+/// Messages the socket holds for one requester that has not read them.
+const SEND_HWM: i32 = 1000;
+/// How long the thread waits for a request when no replay is under way.
+const IDLE_POLL: Duration = Duration::from_millis(50);
+
+/// The messages sent recently, newest last, at most `capacity` bytes of payload.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    capacity: u64,
+    held: Mutex<(VecDeque<(u64, Arc<[u8]>)>, u64)>,
+    /// The sequence of the last message sent, delivered or not.
+    last_sequence: AtomicU64,
+    counters: Arc<PeerCounters>,
+}
+
+impl Ring {
+    pub(crate) fn new(capacity: u64, counters: Arc<PeerCounters>) -> Ring {
+        Ring {
+            capacity,
+            held: Mutex::new((VecDeque::new(), 0)),
+            last_sequence: AtomicU64::new(0),
+            counters,
+        }
+    }
+
+    /// The publishing thread sent message `sequence`; `payload` when the socket took it.
+    pub(crate) fn sent(&self, sequence: u64, payload: Option<&[u8]>) {
+        self.last_sequence.store(sequence, Relaxed);
+        let Some(payload) = payload.filter(|p| p.len() as u64 <= self.capacity) else {
+            return;
+        };
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let (messages, bytes) = &mut *held;
+        messages.push_back((sequence, Arc::from(payload)));
+        *bytes += payload.len() as u64;
+        while *bytes > self.capacity {
+            let Some((_, gone)) = messages.pop_front() else {
+                break;
+            };
+            *bytes -= gone.len() as u64;
+        }
+        self.counters.replay_buffer_bytes.store(*bytes, Relaxed);
+        let oldest = messages.front().map_or(0, |(s, _)| *s);
+        self.counters.replay_oldest_sequence.store(oldest, Relaxed);
+    }
+
+    /// Up to `max` held messages with sequences from `from` through `through`.
+    fn slice(&self, from: u64, through: u64, max: usize) -> Vec<(u64, Arc<[u8]>)> {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let messages = &held.0;
+        let start = messages.partition_point(|(s, _)| *s < from);
+        messages
+            .range(start..)
+            .take_while(|(s, _)| *s <= through)
+            .take(max)
+            .cloned()
+            .collect()
+    }
+
+    fn oldest(&self) -> u64 {
+        let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.0.front().map_or(0, |(s, _)| *s)
+    }
+}
+
+/// What `info` says besides the ring's state.
+#[derive(Clone, Debug)]
+pub(crate) struct Identity {
+    pub(crate) incarnation: u64,
+    pub(crate) backend_id: String,
+    pub(crate) dp_rank: u32,
+}
+
+/// One replay under way.
+#[derive(Debug)]
+struct Replay {
+    peer: Vec<u8>,
+    next: u64,
+    /// The last sequence sent when the request came: a replay ends there.
+    through: u64,
+    stalled_since: Option<Instant>,
+}
+
+/// The running thread `kv-events-replay`; dropping it stops and joins the thread.
+#[derive(Debug)]
+pub(crate) struct Server {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    endpoint: String,
+}
+
+impl Server {
+    /// Starts serving requests on `socket`, which is bound already.
+    pub(crate) fn start(
+        socket: zmq::Socket,
+        endpoint: String,
+        ring: Arc<Ring>,
+        identity: Identity,
+    ) -> std::io::Result<Server> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let serving = Serving {
+            socket,
+            counters: Arc::clone(&ring.counters),
+            ring,
+            identity,
+            replays: Vec::new(),
+            stop: Arc::clone(&stop),
+        };
+        let thread = thread::Builder::new()
+            .name("kv-events-replay".into())
+            .spawn(move || serving.run())?;
+        Ok(Server {
+            stop,
+            thread: Some(thread),
+            endpoint,
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        // ZeroMQ leaves the file of an ipc endpoint behind; it is ours, as binding replaced
+        // whatever was there.
+        if let Some(path) = self.endpoint.strip_prefix("ipc://") {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Sets up a replay socket, not yet bound: a requester that stops reading makes sends fail
+/// at once rather than vanish, so its replay can be given up.
+pub(crate) fn prepare(socket: &zmq::Socket) -> Result<(), String> {
+    let failed = |e: zmq::Error| format!("cannot set up the replay socket: {e}");
+    socket.set_router_mandatory(true).map_err(failed)?;
+    socket.set_sndhwm(SEND_HWM).map_err(failed)?;
+    socket.set_linger(0).map_err(failed)
+}
+
+struct Serving {
+    socket: zmq::Socket,
+    ring: Arc<Ring>,
+    counters: Arc<PeerCounters>,
+    identity: Identity,
+    replays: Vec<Replay>,
+    stop: Arc<AtomicBool>,
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Request {
+    Replay(u64),
+    Info,
+    Snapshot,
+    Bad(String),
+}
+
+impl Request {
+    fn parse(frames: &[Vec<u8>]) -> Request {
+        let [delimiter, verb, rest @ ..] = frames else {
+            return Request::Bad(format!(
+                "{} frames after the routing id; a request is [\"\", verb, ...]",
+                frames.len()
+            ));
+        };
+        if !delimiter.is_empty() {
+            return Request::Bad("the first frame of a request must be empty".into());
+        }
+        match (verb.as_slice(), rest) {
+            // "snapshot" is 8 bytes too; as a start sequence it would be 8.3e18.
+            (b"snapshot", [] | [_]) => Request::Snapshot,
+            (b"info", []) => Request::Info,
+            (seq, []) if seq.len() == 8 => {
+                Request::Replay(u64::from_be_bytes(seq.try_into().unwrap_or_default()))
+            }
+            _ => Request::Bad(format!(
+                "unknown request ({} frames, verb of {} bytes): expected [\"\", start_seq as 8 \
+                 bytes big-endian], [\"\", \"info\"] or [\"\", \"snapshot\"(, tenant)]",
+                frames.len(),
+                verb.len()
+            )),
+        }
+    }
+}
+
+impl Serving {
+    fn run(mut self) {
+        while !self.stop.load(Relaxed) {
+            let wait = if self.replays.is_empty() {
+                IDLE_POLL
+            } else {
+                Duration::from_millis(1)
+            };
+            let mut items = [self.socket.as_poll_item(zmq::POLLIN)];
+            if zmq::poll(&mut items, wait.as_millis() as i64).is_ok() && items[0].is_readable() {
+                while let Ok(frames) = self.socket.recv_multipart(zmq::DONTWAIT) {
+                    self.answer(frames);
+                }
+            }
+            self.advance();
+        }
+    }
+
+    fn answer(&mut self, mut frames: Vec<Vec<u8>>) {
+        if frames.is_empty() {
+            return;
+        }
+        let peer = frames.remove(0);
+        match Request::parse(&frames) {
+            Request::Replay(from) => {
+                self.counters.replay_requests.fetch_add(1, Relaxed);
+                if self.replays.len() >= MAX_REPLAYS {
+                    self.reply(
+                        &peer,
+                        b"error",
+                        b"busy: too many replays under way, ask again",
+                    );
+                    return;
+                }
+                self.replays.push(Replay {
+                    peer,
+                    next: from,
+                    through: self.ring.last_sequence.load(Relaxed),
+                    stalled_since: None,
+                });
+            }
+            Request::Info => {
+                self.counters.replay_requests.fetch_add(1, Relaxed);
+                let info = self.info();
+                self.reply(&peer, b"info", &info);
+            }
+            Request::Snapshot => {
+                self.counters.replay_requests.fetch_add(1, Relaxed);
+                self.reply(
+                    &peer,
+                    b"error",
+                    b"snapshots are not available from this publisher",
+                );
+            }
+            Request::Bad(why) => {
+                self.counters.bad_requests.fetch_add(1, Relaxed);
+                self.reply(&peer, b"error", why.as_bytes());
+            }
+        }
+    }
+
+    /// Sends a one-message reply; a requester that cannot take it loses it.
+    fn reply(&self, peer: &[u8], verb: &[u8], body: &[u8]) {
+        let _ = self
+            .socket
+            .send_multipart([peer, b"", verb, body], zmq::DONTWAIT);
+    }
+
+    fn info(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        let id = &self.identity;
+        let fields: [(&str, u64); 4] = [
+            ("incarnation", id.incarnation),
+            ("dp_rank", u64::from(id.dp_rank)),
+            ("last_sequence", self.ring.last_sequence.load(Relaxed)),
+            ("oldest_sequence", self.ring.oldest()),
+        ];
+        // Writing to a Vec cannot fail.
+        let _ = rmp::encode::write_map_len(&mut out, fields.len() as u32 + 2);
+        for (key, value) in fields {
+            let _ = rmp::encode::write_str(&mut out, key);
+            let _ = rmp::encode::write_uint(&mut out, value);
+        }
+        let _ = rmp::encode::write_str(&mut out, "backend_id");
+        let _ = rmp::encode::write_str(&mut out, &id.backend_id);
+        let _ = rmp::encode::write_str(&mut out, "snapshots");
+        let _ = rmp::encode::write_bool(&mut out, false);
+        out
+    }
+
+    /// Sends the next slice of every replay under way; ends the finished and the abandoned.
+    fn advance(&mut self) {
+        let mut i = 0;
+        while i < self.replays.len() {
+            if self.advance_one(i) {
+                i += 1;
+            } else {
+                self.replays.swap_remove(i);
+            }
+        }
+    }
+
+    /// False once replay `i` is over.
+    fn advance_one(&mut self, i: usize) -> bool {
+        let replay = &mut self.replays[i];
+        let slice = self.ring.slice(replay.next, replay.through, SLICE);
+        if slice.is_empty() {
+            let sent = self
+                .socket
+                .send_multipart([&replay.peer[..], b"", &END_OF_REPLAY, b""], zmq::DONTWAIT);
+            return match sent {
+                Err(zmq::Error::EAGAIN) => stalled(replay, &self.counters),
+                _ => false,
+            };
+        }
+        for (sequence, payload) in slice {
+            let sequence_frame = sequence.to_be_bytes();
+            let frames: [&[u8]; 4] = [&replay.peer, b"", &sequence_frame, &payload];
+            match self.socket.send_multipart(frames, zmq::DONTWAIT) {
+                Ok(()) => {
+                    replay.next = sequence + 1;
+                    replay.stalled_since = None;
+                    self.counters.replayed_messages.fetch_add(1, Relaxed);
+                }
+                Err(zmq::Error::EAGAIN) => return stalled(replay, &self.counters),
+                // The requester is gone (EHOSTUNREACH): nobody to finish for.
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+}
+
+/// A replay whose requester's queue is full: kept until it has been so for [`STALLED_FOR`].
+fn stalled(replay: &mut Replay, counters: &PeerCounters) -> bool {
+    let since = *replay.stalled_since.get_or_insert_with(Instant::now);
+    if since.elapsed() < STALLED_FOR {
+        return true;
+    }
+    counters.replays_abandoned.fetch_add(1, Relaxed);
+    log(
+        Level::Warn,
+        &format!(
+            "gave up a replay at sequence {}: the requester read nothing for {} s",
+            replay.next,
+            STALLED_FOR.as_secs()
+        ),
+    );
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(parts: &[&[u8]]) -> Vec<Vec<u8>> {
+        parts.iter().map(|p| p.to_vec()).collect()
+    }
+
+    #[test]
+    fn requests_parse_as_the_protocol_says() {
+        assert_eq!(
+            Request::parse(&frames(&[b"", &7u64.to_be_bytes()])),
+            Request::Replay(7)
+        );
+        assert_eq!(Request::parse(&frames(&[b"", b"info"])), Request::Info);
+        assert_eq!(
+            Request::parse(&frames(&[b"", b"snapshot"])),
+            Request::Snapshot
+        );
+        assert_eq!(
+            Request::parse(&frames(&[b"", b"snapshot", b"tenant"])),
+            Request::Snapshot
+        );
+        for bad in [
+            frames(&[]),
+            frames(&[b""]),
+            frames(&[b"x", b"info"]),
+            frames(&[b"", b"inf0"]),
+            frames(&[b"", b"info", b"extra"]),
+            frames(&[b"", &[0u8; 7]]),
+        ] {
+            assert!(matches!(Request::parse(&bad), Request::Bad(_)), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_newest_within_its_bytes() {
+        let ring = Ring::new(10, Arc::default());
+        for sequence in 1..=5 {
+            ring.sent(sequence, Some(&[sequence as u8; 3]));
+        }
+        // 3 messages of 3 bytes fit in 10.
+        let held: Vec<u64> = ring.slice(0, u64::MAX, 100).iter().map(|m| m.0).collect();
+        assert_eq!(held, [3, 4, 5]);
+        assert_eq!(ring.oldest(), 3);
+        assert_eq!(ring.counters.replay_buffer_bytes.load(Relaxed), 9);
+        // A failed send takes its number but leaves nothing to replay.
+        ring.sent(6, None);
+        assert_eq!(ring.last_sequence.load(Relaxed), 6);
+        let from_4: Vec<u64> = ring.slice(4, 6, 1).iter().map(|m| m.0).collect();
+        assert_eq!(from_4, [4]);
+        // A payload larger than the whole buffer is not kept.
+        ring.sent(7, Some(&[0; 11]));
+        assert_eq!(ring.oldest(), 3);
+    }
+}
