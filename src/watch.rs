@@ -1,6 +1,11 @@
 //! The subscriber's side: a SUB socket that reads the stream the way an indexer would,
 //! decoding each message with `rmpv`, a reader that shares nothing with the encoder; with
 //! CURVE keys when the publisher has them, and a clear error when the publisher refuses it.
+//!
+//! A publisher is not trusted to stay within the format: a message is bounded in size
+//! before libzmq buffers it, and its payload is checked against the format before any
+//! value is built, so a hostile or broken publisher costs a subscriber a bounded amount of
+//! memory and one refused message, never the process.
 
 use crate::keys::{self, Key, KeyPair};
 use crate::security::{
@@ -8,8 +13,10 @@ use crate::security::{
     EVENT_HANDSHAKE_FAILED_PROTOCOL, EVENT_HANDSHAKE_SUCCEEDED, PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC,
     PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
 };
+use rmp::Marker;
 use rmpv::Value;
 use std::fmt;
+use std::ops::Deref;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -48,13 +55,25 @@ pub enum Continuity {
     Restart,
 }
 
-/// Why a message could not be read.
+/// Why a message could not be read. [`WatchError::Malformed`] and [`WatchError::TooLarge`]
+/// concern one message: the subscriber goes on with the next, whose sequence shows the
+/// refused one as a gap.
 #[derive(Debug)]
 pub enum WatchError {
     /// The socket failed.
     Socket(zmq::Error),
     /// The message does not follow the wire format.
     Malformed(String),
+    /// The message is larger than [`SubscriberOptions::max_message_bytes`]: it was received
+    /// (libzmq bounds each frame, not their sum) and dropped undecoded.
+    TooLarge {
+        /// The message's size, all its frames together.
+        bytes: usize,
+        /// The bound it exceeds.
+        limit: usize,
+        /// Its sequence, when its second frame holds one.
+        sequence: Option<u64>,
+    },
     /// The publisher refused this subscriber's handshake, or the handshake cannot succeed;
     /// says why, as far as ZeroMQ lets a subscriber know.
     Refused(String),
@@ -65,6 +84,19 @@ impl fmt::Display for WatchError {
         match self {
             WatchError::Socket(e) => write!(f, "socket error: {e}"),
             WatchError::Malformed(why) => write!(f, "malformed message: {why}"),
+            WatchError::TooLarge {
+                bytes,
+                limit,
+                sequence,
+            } => {
+                let sequence = sequence.map_or_else(String::new, |s| format!(" (sequence {s})"));
+                write!(
+                    f,
+                    "a message of {bytes} bytes{sequence} is {} bytes over the bound of \
+                     {limit}: dropped",
+                    bytes - limit
+                )
+            }
             WatchError::Refused(why) => write!(f, "the publisher refused this subscriber: {why}"),
         }
     }
@@ -100,6 +132,15 @@ impl CurveClient {
     }
 }
 
+/// libzmq's monitor event for a closed connection.
+const EVENT_DISCONNECTED: u32 = zmq::SocketEvent::DISCONNECTED as u32;
+/// libzmq's monitor event for a reconnection it scheduled.
+const EVENT_CONNECT_RETRIED: u32 = zmq::SocketEvent::CONNECT_RETRIED as u32;
+/// How long after a lost connection libzmq has to schedule its reconnection (it does within
+/// milliseconds) before the subscriber connects again itself. libzmq 4.3 never reconnects
+/// after a protocol error, and a frame over `ZMQ_MAXMSGSIZE` is one: without this, one
+/// oversized message would end the stream for good.
+const REJOIN_AFTER: Duration = Duration::from_secs(1);
 /// Where a subscriber's own socket monitor publishes, in its own context.
 const MONITOR_ENDPOINT: &str = "inproc://kv-events-subscriber-monitor";
 /// Handshakes in a row that end with the publisher closing the connection before that is
@@ -107,14 +148,55 @@ const MONITOR_ENDPOINT: &str = "inproc://kv-events-subscriber-monitor";
 /// a publisher that went away in the middle of one.
 const CLOSED_HANDSHAKES_REFUSED: u32 = 2;
 
+/// The default of [`SubscriberOptions::max_message_bytes`]: 16 MiB, about 250 times the
+/// largest batch the master sends with keys of 1 KiB.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
+
+/// How a [`Subscriber`] connects, and the largest message it takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubscriberOptions {
+    /// The receive high-water mark, in messages; default 1000 (libzmq's). Raise it so a
+    /// subscriber that keeps up loses nothing to its own buffer.
+    pub rcvhwm: i32,
+    /// CURVE keys, for a publisher that speaks CURVE; default none: plain.
+    pub curve: Option<CurveClient>,
+    /// The largest message accepted, in bytes, all frames together; default
+    /// [`DEFAULT_MAX_MESSAGE_BYTES`]. libzmq closes a connection that sends a frame over
+    /// it before buffering the frame (`ZMQ_MAXMSGSIZE`) and the subscriber connects again
+    /// about a second later: the message and any sent meanwhile are lost, the next one
+    /// shows the gap, and [`Subscriber::connections_lost`] counts the closing. A message
+    /// whose frames are each under it but together over is received and refused with
+    /// [`WatchError::TooLarge`].
+    pub max_message_bytes: usize,
+}
+
+impl Default for SubscriberOptions {
+    fn default() -> SubscriberOptions {
+        SubscriberOptions {
+            rcvhwm: 1000,
+            curve: None,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+}
+
 /// A SUB socket connected to a publisher, subscribed to everything.
 pub struct Subscriber {
     _context: zmq::Context,
     socket: zmq::Socket,
-    /// Receives the SUB socket's handshake events, so a refusal is an error, not silence.
+    /// Receives the SUB socket's handshake and disconnection events, so a refusal is an
+    /// error, not silence, and a closed connection is counted.
     monitor: zmq::Socket,
     curve: bool,
+    max_message_bytes: usize,
     closed_handshakes: u32,
+    /// Whether a handshake succeeded since the last disconnection: only then is a
+    /// disconnection a connection lost rather than a handshake that failed.
+    connected: bool,
+    connections_lost: u64,
+    /// When the last connection was lost, until libzmq says it reconnects.
+    lost_at: Option<Instant>,
+    endpoint: String,
     last_sequence: Option<u64>,
 }
 
@@ -139,12 +221,25 @@ impl Subscriber {
         rcvhwm: i32,
         curve: Option<&CurveClient>,
     ) -> Result<Subscriber, zmq::Error> {
+        Subscriber::open(
+            endpoint,
+            &SubscriberOptions {
+                rcvhwm,
+                curve: curve.cloned(),
+                ..SubscriberOptions::default()
+            },
+        )
+    }
+
+    /// Connects to `endpoint` as `options` say.
+    pub fn open(endpoint: &str, options: &SubscriberOptions) -> Result<Subscriber, zmq::Error> {
         let context = zmq::Context::new();
         let socket = context.socket(zmq::SUB)?;
-        socket.set_rcvhwm(rcvhwm)?;
+        socket.set_rcvhwm(options.rcvhwm)?;
+        socket.set_maxmsgsize(i64::try_from(options.max_message_bytes).unwrap_or(i64::MAX))?;
         socket.set_linger(0)?;
         socket.set_subscribe(b"")?;
-        if let Some(curve) = curve {
+        if let Some(curve) = &options.curve {
             socket.set_curve_serverkey(&curve.server_key.0)?;
             socket.set_curve_publickey(&curve.keys.public.0)?;
             socket.set_curve_secretkey(&curve.keys.secret.0)?;
@@ -152,7 +247,9 @@ impl Subscriber {
         let events = EVENT_HANDSHAKE_FAILED_NO_DETAIL
             | EVENT_HANDSHAKE_SUCCEEDED
             | EVENT_HANDSHAKE_FAILED_PROTOCOL
-            | EVENT_HANDSHAKE_FAILED_AUTH;
+            | EVENT_HANDSHAKE_FAILED_AUTH
+            | EVENT_DISCONNECTED
+            | EVENT_CONNECT_RETRIED;
         socket.monitor(MONITOR_ENDPOINT, events as i32)?;
         let monitor = context.socket(zmq::PAIR)?;
         monitor.set_linger(0)?;
@@ -162,10 +259,23 @@ impl Subscriber {
             _context: context,
             socket,
             monitor,
-            curve: curve.is_some(),
+            curve: options.curve.is_some(),
+            max_message_bytes: options.max_message_bytes,
             closed_handshakes: 0,
+            connected: false,
+            connections_lost: 0,
+            lost_at: None,
+            endpoint: endpoint.to_owned(),
             last_sequence: None,
         })
+    }
+
+    /// Connections to the publisher that closed after their handshake succeeded: the
+    /// publisher stopped or restarted, or libzmq closed one that sent a frame over
+    /// [`SubscriberOptions::max_message_bytes`]. The subscriber reconnects by itself; a
+    /// message lost meanwhile shows as a gap. Counted as [`Subscriber::recv`] sees them.
+    pub fn connections_lost(&self) -> u64 {
+        self.connections_lost
     }
 
     /// Takes the handshake events that arrived; an error when one says the publisher will
@@ -178,6 +288,18 @@ impl Subscriber {
             let why = match event {
                 EVENT_HANDSHAKE_SUCCEEDED => {
                     self.closed_handshakes = 0;
+                    self.connected = true;
+                    continue;
+                }
+                EVENT_DISCONNECTED => {
+                    if std::mem::take(&mut self.connected) {
+                        self.connections_lost += 1;
+                        self.lost_at = Some(Instant::now());
+                    }
+                    continue;
+                }
+                EVENT_CONNECT_RETRIED => {
+                    self.lost_at = None;
                     continue;
                 }
                 EVENT_HANDSHAKE_FAILED_AUTH => format!(
@@ -219,17 +341,31 @@ impl Subscriber {
             };
             return Err(WatchError::Refused(why));
         }
+        if self.lost_at.is_some_and(|at| at.elapsed() >= REJOIN_AFTER) {
+            self.lost_at = None;
+            // The endpoint stays registered after its connection ended, and libzmq ignores
+            // a SUB socket's second connect to an endpoint it holds.
+            match self.socket.disconnect(&self.endpoint) {
+                Ok(()) | Err(zmq::Error::ENOENT) => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.socket.connect(&self.endpoint)?;
+        }
         Ok(())
     }
 
     /// Waits up to `timeout` for the next message: `Ok(None)` when none came;
     /// [`WatchError::Refused`] as soon as a handshake says the publisher refuses this
-    /// subscriber.
+    /// subscriber; [`WatchError::Malformed`] or [`WatchError::TooLarge`] for a message it
+    /// refused, after which it goes on.
     pub fn recv(&mut self, timeout: Duration) -> Result<Option<Batch>, WatchError> {
         let deadline = Instant::now() + timeout;
         loop {
             self.check_handshakes()?;
-            let left = deadline.saturating_duration_since(Instant::now());
+            let mut left = deadline.saturating_duration_since(Instant::now());
+            if let Some(at) = self.lost_at {
+                left = left.min((at + REJOIN_AFTER).saturating_duration_since(Instant::now()));
+            }
             let millis = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
             let mut items = [
                 self.socket.as_poll_item(zmq::POLLIN),
@@ -243,7 +379,7 @@ impl Subscriber {
                 return Ok(None);
             }
         }
-        let frames = self.socket.recv_multipart(0)?;
+        let frames = self.recv_frames()?;
         let (sequence, timestamp_ms, events, dp_rank) = decode_message(&frames)?;
         let continuity = match self.last_sequence {
             None => Continuity::First {
@@ -264,43 +400,344 @@ impl Subscriber {
             events,
         }))
     }
+
+    /// The frames of the next message, which has arrived. Keeps at most 4 (enough to say
+    /// there are too many) and none past the size bound; counts the rest, so a message of
+    /// many small frames costs no more than its frames in libzmq.
+    fn recv_frames(&mut self) -> Result<Vec<zmq::Message>, WatchError> {
+        let (mut frames, mut count, mut bytes) = (Vec::with_capacity(4), 0, 0);
+        loop {
+            let frame = self.socket.recv_msg(0)?;
+            let more = frame.get_more();
+            count += 1;
+            bytes += frame.len();
+            if frames.len() < 4 && bytes <= self.max_message_bytes {
+                frames.push(frame);
+            }
+            if !more {
+                break;
+            }
+        }
+        if bytes > self.max_message_bytes {
+            let sequence = frames
+                .get(1)
+                .and_then(|f| <[u8; 8]>::try_from(&f[..]).ok())
+                .map(u64::from_be_bytes);
+            return Err(WatchError::TooLarge {
+                bytes,
+                limit: self.max_message_bytes,
+                sequence,
+            });
+        }
+        if count > 3 {
+            return Err(WatchError::Malformed(wrong_frames(count)));
+        }
+        Ok(frames)
+    }
 }
 
 /// Decodes the three frames of one message into sequence, timestamp, events and dp rank.
-pub fn decode_message(frames: &[Vec<u8>]) -> Result<(u64, u64, Vec<Value>, u64), WatchError> {
+///
+/// The payload is checked against the wire format before any value is built (at most
+/// [`MAX_BATCH_EVENTS`] events of at most [`MAX_EVENT_KEYS`] keys, arrays of scalars holding
+/// [`MAX_EVENT_ARRAY_ITEMS`] items per event, nothing nested deeper), so what it allocates
+/// is the payload's strings and bins plus a bounded number of values, whatever lengths the
+/// payload claims. The error says what was wrong and at which byte.
+pub fn decode_message<F: Deref<Target = [u8]>>(
+    frames: &[F],
+) -> Result<(u64, u64, Vec<Value>, u64), WatchError> {
     let malformed = |why: String| Err(WatchError::Malformed(why));
     let [topic, sequence, payload] = frames else {
-        return malformed(format!("{} frames, expected 3", frames.len()));
+        return malformed(wrong_frames(frames.len()));
     };
     if !topic.is_empty() {
         return malformed(format!("a topic of {} bytes, expected none", topic.len()));
     }
-    let Ok(sequence) = <[u8; 8]>::try_from(sequence.as_slice()) else {
+    let Ok(sequence) = <[u8; 8]>::try_from(&sequence[..]) else {
         return malformed(format!(
             "a sequence of {} bytes, expected 8",
             sequence.len()
         ));
     };
-    let mut cursor = payload.as_slice();
-    let value = rmpv::decode::read_value(&mut cursor)
-        .map_err(|e| WatchError::Malformed(format!("payload is not msgpack: {e}")))?;
-    if !cursor.is_empty() {
-        return malformed(format!("{} bytes after the payload", cursor.len()));
+    let shape = Payload::check(payload).map_err(WatchError::Malformed)?;
+    let mut cursor = &payload[shape.events_at..];
+    let events = (0..shape.events)
+        .map(|_| rmpv::decode::read_value(&mut cursor))
+        .collect::<Result<Vec<_>, _>>()
+        // Unreachable after the check; an error rather than a panic all the same.
+        .map_err(|e| WatchError::Malformed(format!("an event does not decode: {e}")))?;
+    Ok((
+        u64::from_be_bytes(sequence),
+        shape.timestamp_ms,
+        events,
+        shape.dp_rank,
+    ))
+}
+
+fn wrong_frames(count: usize) -> String {
+    format!("{count} frames, expected 3 (topic, sequence, payload)")
+}
+
+/// The most events a message may hold: the wire format's batches hold 1 to 64.
+pub const MAX_BATCH_EVENTS: u32 = 64;
+/// The most keys an event map may have: the largest map of the format has 20 (a legacy
+/// `stored`), so this leaves room for fields added later.
+pub const MAX_EVENT_KEYS: u32 = 32;
+/// The most items the arrays of one event may hold in all. The format's arrays
+/// (`seq_hashes`, `block_hashes`) are empty; this leaves room for hashes a later version may
+/// send while bounding the values one message decodes into.
+pub const MAX_EVENT_ARRAY_ITEMS: u32 = 256;
+
+/// The payload's shape, for the errors that must say what was expected.
+const SHAPE: &str = "an array of 3 [timestamp_ms, events, dp_rank]";
+
+/// Checks a payload against the wire format byte by byte, before anything is decoded from
+/// it: every length it claims is held to a bound or to the bytes left, so that no
+/// allocation follows an untrusted length and what [`decode_events`] builds stays within a
+/// fixed number of values plus the payload's own bytes.
+struct Payload<'p> {
+    bytes: &'p [u8],
+    at: usize,
+}
+
+/// What the validator found: the batch's scalars and where its events lie.
+struct Shape {
+    timestamp_ms: u64,
+    /// The byte offset of the first event, and how many there are.
+    events_at: usize,
+    events: u32,
+    dp_rank: u64,
+}
+
+impl<'p> Payload<'p> {
+    fn check(bytes: &'p [u8]) -> Result<Shape, String> {
+        let mut p = Payload { bytes, at: 0 };
+        let (at, marker) = p.marker("the payload")?;
+        match array_len(&mut p, marker)? {
+            Some(3) => {}
+            Some(n) => return Err(format!("the payload is an array of {n}, expected {SHAPE}")),
+            None => {
+                return Err(format!(
+                    "the payload is not a msgpack batch: byte {at} (0x{:02x}) is {}, expected \
+                     {SHAPE}",
+                    bytes[at],
+                    kind(marker)
+                ))
+            }
+        }
+        let timestamp_ms = p.uint("timestamp_ms")?;
+        let (at, marker) = p.marker("events")?;
+        let events = match array_len(&mut p, marker)? {
+            Some(n @ 1..=MAX_BATCH_EVENTS) => n,
+            Some(n) => {
+                return Err(format!(
+                    "events (byte {at}) is an array of {n}, expected 1 to {MAX_BATCH_EVENTS} \
+                     events"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "events (byte {at}) is {}, expected an array of 1 to {MAX_BATCH_EVENTS} \
+                     events",
+                    kind(marker)
+                ))
+            }
+        };
+        let events_at = p.at;
+        for index in 0..events {
+            p.event(index)?;
+        }
+        let dp_rank = p.uint("dp_rank")?;
+        match bytes.len() - p.at {
+            0 => Ok(Shape {
+                timestamp_ms,
+                events_at,
+                events,
+                dp_rank,
+            }),
+            extra => Err(format!("the payload has {extra} bytes after the array")),
+        }
     }
-    let Value::Array(mut parts) = value else {
-        return malformed("payload is not an array".into());
-    };
-    let (Some(dp_rank), Some(Value::Array(events)), Some(timestamp)) = (
-        parts.pop().and_then(|v| v.as_u64()),
-        parts.pop(),
-        parts.pop().and_then(|v| v.as_u64()),
-    ) else {
-        return malformed("payload is not [uint timestamp_ms, [event...], uint dp_rank]".into());
-    };
-    if !parts.is_empty() {
-        return malformed("payload has more than 3 elements".into());
+
+    /// The next marker and its offset; `what` names the value for the error at the end.
+    fn marker(&mut self, what: &str) -> Result<(usize, Marker), String> {
+        let at = self.at;
+        let byte = *self
+            .bytes
+            .get(at)
+            .ok_or_else(|| format!("the payload ends at byte {at}, where {what} should begin"))?;
+        self.at += 1;
+        Ok((at, Marker::from_u8(byte)))
     }
-    Ok((u64::from_be_bytes(sequence), timestamp, events, dp_rank))
+
+    /// The next `n` bytes, which `what` needs.
+    fn take(&mut self, n: u64, what: &str) -> Result<&'p [u8], String> {
+        let left = self.bytes.len() - self.at;
+        match usize::try_from(n) {
+            Ok(n) if n <= left => {
+                self.at += n;
+                Ok(&self.bytes[self.at - n..self.at])
+            }
+            _ => Err(format!(
+                "the payload ends inside {what}: {n} bytes wanted at byte {}, {left} left",
+                self.at
+            )),
+        }
+    }
+
+    /// A big-endian unsigned integer of `n` bytes (1 to 8).
+    fn be(&mut self, n: u64, what: &str) -> Result<u64, String> {
+        let bytes = self.take(n, what)?;
+        Ok(bytes.iter().fold(0, |v, &b| (v << 8) | u64::from(b)))
+    }
+
+    fn uint(&mut self, what: &str) -> Result<u64, String> {
+        let (at, marker) = self.marker(what)?;
+        match marker {
+            Marker::FixPos(v) => Ok(u64::from(v)),
+            Marker::U8 => self.be(1, what),
+            Marker::U16 => self.be(2, what),
+            Marker::U32 => self.be(4, what),
+            Marker::U64 => self.be(8, what),
+            other => Err(format!(
+                "{what} (byte {at}) is {}, expected an unsigned integer",
+                kind(other)
+            )),
+        }
+    }
+
+    /// One event: a map of at most [`MAX_EVENT_KEYS`] string keys whose values are scalars
+    /// or arrays of scalars, [`MAX_EVENT_ARRAY_ITEMS`] items in all.
+    fn event(&mut self, index: u32) -> Result<(), String> {
+        let what = format!("event {index}");
+        let (at, marker) = self.marker(&what)?;
+        let keys = match marker {
+            Marker::FixMap(n) => u32::from(n),
+            Marker::Map16 => self.be(2, &what)? as u32,
+            Marker::Map32 => self.be(4, &what)? as u32,
+            other => {
+                return Err(format!(
+                    "{what} (byte {at}) is {}, expected a map",
+                    kind(other)
+                ))
+            }
+        };
+        if keys > MAX_EVENT_KEYS {
+            return Err(format!(
+                "{what} (byte {at}) has {keys} keys, at most {MAX_EVENT_KEYS} expected"
+            ));
+        }
+        let mut items = 0;
+        for _ in 0..keys {
+            let (at, marker) = self.marker(&what)?;
+            if !matches!(
+                marker,
+                Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32
+            ) {
+                return Err(format!(
+                    "{what} has a key (byte {at}) that is {}, expected a string",
+                    kind(marker)
+                ));
+            }
+            let key = self.bytes_of(marker, &what)?.unwrap_or_default();
+            let what = format!("{what}, key {:?}", String::from_utf8_lossy(key));
+            let (at, marker) = self.marker(&what)?;
+            match array_len(self, marker)? {
+                Some(n) => {
+                    items += n;
+                    if items > MAX_EVENT_ARRAY_ITEMS {
+                        return Err(format!(
+                            "{what} (byte {at}) is an array of {n}, more than the \
+                             {MAX_EVENT_ARRAY_ITEMS} array items an event may hold"
+                        ));
+                    }
+                    for _ in 0..n {
+                        let (at, marker) = self.marker(&what)?;
+                        self.scalar(at, marker, &what)?;
+                    }
+                }
+                None => self.scalar(at, marker, &what)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Skips the scalar `marker` begins: anything but an array or a map, which the format
+    /// never nests this deep.
+    fn scalar(&mut self, at: usize, marker: Marker, what: &str) -> Result<(), String> {
+        let size = match marker {
+            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
+                0
+            }
+            Marker::U8 | Marker::I8 => 1,
+            Marker::U16 | Marker::I16 => 2,
+            Marker::U32 | Marker::I32 | Marker::F32 => 4,
+            Marker::U64 | Marker::I64 | Marker::F64 => 8,
+            Marker::FixExt1 => 2,
+            Marker::FixExt2 => 3,
+            Marker::FixExt4 => 5,
+            Marker::FixExt8 => 9,
+            Marker::FixExt16 => 17,
+            Marker::Ext8 => 1 + self.be(1, what)?,
+            Marker::Ext16 => 1 + self.be(2, what)?,
+            Marker::Ext32 => 1 + self.be(4, what)?,
+            Marker::Reserved => {
+                return Err(format!("{what}: byte {at} (0xc1) is no msgpack value"))
+            }
+            other => match self.bytes_of(other, what)? {
+                Some(_) => 0,
+                None => {
+                    return Err(format!(
+                        "{what} (byte {at}) is {} inside a value, deeper than the format nests",
+                        kind(other)
+                    ))
+                }
+            },
+        };
+        self.take(size, what).map(drop)
+    }
+
+    /// The bytes of a string or bin `marker` begins; `None` for any other marker.
+    fn bytes_of(&mut self, marker: Marker, what: &str) -> Result<Option<&'p [u8]>, String> {
+        let len = match marker {
+            Marker::FixStr(n) => u64::from(n),
+            Marker::Str8 | Marker::Bin8 => self.be(1, what)?,
+            Marker::Str16 | Marker::Bin16 => self.be(2, what)?,
+            Marker::Str32 | Marker::Bin32 => self.be(4, what)?,
+            _ => return Ok(None),
+        };
+        self.take(len, what).map(Some)
+    }
+}
+
+/// The length of the array `marker` begins, `None` when it begins something else.
+fn array_len(p: &mut Payload<'_>, marker: Marker) -> Result<Option<u32>, String> {
+    Ok(match marker {
+        Marker::FixArray(n) => Some(u32::from(n)),
+        Marker::Array16 => Some(p.be(2, "an array's length")? as u32),
+        Marker::Array32 => Some(p.be(4, "an array's length")? as u32),
+        _ => None,
+    })
+}
+
+/// What a marker begins, for people.
+fn kind(marker: Marker) -> &'static str {
+    match marker {
+        Marker::FixPos(_) | Marker::U8 | Marker::U16 | Marker::U32 | Marker::U64 => {
+            "a positive integer"
+        }
+        Marker::FixNeg(_) => "a negative integer",
+        Marker::I8 | Marker::I16 | Marker::I32 | Marker::I64 => "a signed integer",
+        Marker::Null => "nil",
+        Marker::True | Marker::False => "a boolean",
+        Marker::F32 | Marker::F64 => "a float",
+        Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32 => "a string",
+        Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => "a bin",
+        Marker::FixArray(_) | Marker::Array16 | Marker::Array32 => "an array",
+        Marker::FixMap(_) | Marker::Map16 | Marker::Map32 => "a map",
+        Marker::Reserved => "the byte msgpack never uses",
+        _ => "an ext",
+    }
 }
 
 /// The value of `key` in an event map; `None` when the key is absent.
@@ -386,11 +823,93 @@ mod tests {
             (vec![vec![]], "1 frames"),
             (vec![b"t".to_vec(), vec![0; 8], body.clone()], "topic"),
             (vec![vec![], vec![0; 4], body.clone()], "sequence of 4"),
-            (vec![vec![], vec![0; 8], body], "payload is not [uint"),
+            (
+                vec![vec![], vec![0; 8], body],
+                "the payload is an array of 0, expected",
+            ),
         ] {
             let err = decode_message(&frames).unwrap_err().to_string();
             assert!(err.contains(why), "{err}");
         }
+    }
+
+    /// A batch of one event holding `value` under the key "k".
+    fn holding(value: Value) -> Vec<u8> {
+        payload(&Value::Array(vec![
+            Value::from(5u64),
+            Value::Array(vec![Value::Map(vec![(Value::from("k"), value)])]),
+            Value::from(2u64),
+        ]))
+    }
+
+    #[test]
+    fn a_payload_outside_the_format_is_refused_before_any_value_is_built_and_says_where() {
+        let decode = |payload: Vec<u8>| {
+            decode_message(&[vec![], vec![0; 8], payload])
+                .unwrap_err()
+                .to_string()
+        };
+        let mut trailing = holding(Value::Nil);
+        trailing.extend([0; 5]);
+        let mut truncated = holding(Value::Nil);
+        truncated.pop();
+        let nested = holding(Value::Array(vec![Value::Array(vec![])]));
+        let many_events = payload(&Value::Array(vec![
+            Value::from(5u64),
+            Value::Array(vec![Value::Map(vec![]); 65]),
+            Value::from(2u64),
+        ]));
+        for (payload, why) in [
+            (
+                b"{}".to_vec(),
+                "the payload is not a msgpack batch: byte 0 (0x7b) is a positive integer, \
+                 expected an array of 3 [timestamp_ms, events, dp_rank]",
+            ),
+            (
+                vec![0xdd, 0xff, 0xff, 0xff, 0xff],
+                "the payload is an array of 4294967295",
+            ),
+            (trailing, "the payload has 5 bytes after the array"),
+            (
+                truncated,
+                "the payload ends at byte 7, where dp_rank should begin",
+            ),
+            (
+                nested,
+                "event 0, key \"k\" (byte 7) is an array inside a value, deeper",
+            ),
+            (
+                many_events,
+                "events (byte 2) is an array of 65, expected 1 to 64 events",
+            ),
+            (
+                vec![0x93, 0xa1, b'x'],
+                "timestamp_ms (byte 1) is a string, expected an unsigned integer",
+            ),
+            (
+                vec![0x93, 0x05, 0x91, 0xdf, 0xff, 0xff, 0xff, 0xff],
+                "event 0 (byte 3) has 4294967295 keys, at most 32 expected",
+            ),
+            (
+                vec![0x93, 0x05, 0x91, 0x81, 0xdb, 0xff, 0xff, 0xff, 0xff],
+                "the payload ends inside event 0: 4294967295 bytes wanted at byte 9, 0 left",
+            ),
+            (
+                holding(Value::Array(vec![Value::Nil; 257])),
+                "more than the 256 array items an event may hold",
+            ),
+        ] {
+            let err = decode(payload);
+            assert!(err.contains(why), "{err}\nwanted: {why}");
+        }
+    }
+
+    #[test]
+    fn arrays_of_scalars_within_the_bounds_decode() {
+        let hashes = Value::Array(vec![Value::from(7u64); 256]);
+        let frames = vec![vec![], 1u64.to_be_bytes().to_vec(), holding(hashes.clone())];
+        let (_, _, events, _) = decode_message(&frames).unwrap();
+        assert_eq!(field(&events[0], "k"), Some(&hashes));
     }
 
     #[test]

@@ -67,9 +67,10 @@ macro_rules! completions_examples {
         "Exit status:
   0  tail: stopped by --count or --idle-timeout, or the reader of its stdout went away;
      demo: the watcher saw every published event, with no gap
-  1  runtime error: cannot connect or bind, a socket error, a malformed message, a
-     file that cannot be written or read, a bad key file; tail: the publisher refused
-     it; keygen: a file exists; demo: the watcher missed events or saw a gap
+  1  runtime error: cannot connect or bind, a socket error, a file that cannot be
+     written or read, a bad key file; tail: the publisher refused it (a malformed or
+     oversized message is reported on stderr and skipped); keygen: a file exists;
+     demo: the watcher missed events, saw a gap or a malformed message
   2  usage error: unknown command or option, a missing or bad value (with the usage,
      on stderr)
   An interrupted tail (Ctrl-C) ends as the signal ends any command.
@@ -174,6 +175,14 @@ pub(crate) struct TailArgs {
     #[arg(long, value_name = "FILE", requires = "curve_server_key",
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) curve_secret_key: Option<PathBuf>,
+    /// Refuse a message over N bytes: it is lost, said on stderr, and shows as a gap
+    ///
+    /// libzmq closes the connection before buffering a frame over N bytes and reconnects
+    /// (stderr says the connection closed); a message over N bytes in all is dropped with
+    /// its size. Either way the next message shows the gap.
+    #[arg(long, value_name = "N", default_value = "16777216", verbatim_doc_comment,
+          value_parser = at_least_one_usize, allow_negative_numbers = true)]
+    pub(crate) max_message_bytes: usize,
 }
 
 impl TailArgs {
@@ -204,7 +213,7 @@ pub(crate) struct DemoArgs {
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) endpoint: String,
     /// How many objects the workload creates
-    #[arg(long, value_name = "N", default_value = "1000", value_parser = objects, allow_negative_numbers = true)]
+    #[arg(long, value_name = "N", default_value = "1000", value_parser = at_least_one_usize, allow_negative_numbers = true)]
     pub(crate) objects: usize,
     /// Print the first N events of each type, or all of them
     #[arg(long, value_name = "N|all", default_value = "2", value_parser = show)]
@@ -300,7 +309,7 @@ fn at_least_one(value: &str) -> Result<u64, String> {
     }
 }
 
-fn objects(value: &str) -> Result<usize, String> {
+fn at_least_one_usize(value: &str) -> Result<usize, String> {
     let n = at_least_one(value)?;
     usize::try_from(n).map_err(|_| "is too large".into())
 }

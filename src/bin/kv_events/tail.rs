@@ -3,7 +3,7 @@
 
 use crate::args::{Show, TailArgs};
 use crate::view::{connect_form, Tally, View, RCVHWM};
-use mooncake_kv_events::watch::{CurveClient, Subscriber, WatchError};
+use mooncake_kv_events::watch::{CurveClient, Subscriber, SubscriberOptions, WatchError};
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,12 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
         (Some(server), Some(own)) => Some(CurveClient::from_files(server, own)?),
         _ => None,
     };
-    let mut subscriber = Subscriber::connect_with(&endpoint, RCVHWM, curve.as_ref())
+    let options = SubscriberOptions {
+        rcvhwm: RCVHWM,
+        curve,
+        max_message_bytes: args.max_message_bytes,
+    };
+    let mut subscriber = Subscriber::open(&endpoint, &options)
         .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
     let (stdout, stderr) = (io::stdout(), io::stderr());
     let (mut out, mut err) = (stdout.lock(), stderr.lock());
@@ -125,6 +130,7 @@ fn watch(
     }
     let limit = args.count.unwrap_or(u64::MAX);
     let mut last_message = Instant::now();
+    let mut connections_lost = 0;
     loop {
         if view.tally.events >= limit {
             return Ok(Stop::Count);
@@ -148,16 +154,46 @@ fn watch(
         let wait = Duration::from_millis(
             u64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
         );
-        let batch = subscriber.recv(wait).map_err(|e| match e {
-            WatchError::Refused(_) => {
-                Failure::Error(format!("{}: {e}", connect_form(&args.endpoint)))
+        let received = subscriber.recv(wait);
+        if subscriber.connections_lost() > connections_lost {
+            connections_lost = subscriber.connections_lost();
+            let _ = writeln!(
+                err,
+                "kv-events: the connection to {} closed: the publisher stopped, or sent a \
+                 message over --max-message-bytes ({} bytes), which libzmq refuses by \
+                 closing; reconnecting, a message lost meanwhile shows as a gap",
+                connect_form(&args.endpoint),
+                args.max_message_bytes
+            );
+        }
+        match received {
+            Ok(Some(batch)) => {
+                last_message = Instant::now();
+                view.take(&batch, limit - view.tally.events, out, err)
+                    .map_err(|e| write_failure(&e, "an event"))?;
             }
-            e => Failure::Error(format!("reading {}: {e}", connect_form(&args.endpoint))),
-        })?;
-        if let Some(batch) = batch {
-            last_message = Instant::now();
-            view.take(&batch, limit - view.tally.events, out, err)
-                .map_err(|e| write_failure(&e, "an event"))?;
+            Ok(None) => {}
+            // One message refused: say so and go on; the next message's gap counts it.
+            Err(e @ (WatchError::Malformed(_) | WatchError::TooLarge { .. })) => {
+                last_message = Instant::now();
+                let _ = writeln!(
+                    err,
+                    "kv-events: refused a message: {e}; its events are lost, the next \
+                     message shows the gap"
+                );
+            }
+            Err(e @ WatchError::Refused(_)) => {
+                return Err(Failure::Error(format!(
+                    "{}: {e}",
+                    connect_form(&args.endpoint)
+                )))
+            }
+            Err(e) => {
+                return Err(Failure::Error(format!(
+                    "reading {}: {e}",
+                    connect_form(&args.endpoint)
+                )))
+            }
         }
     }
 }
