@@ -80,7 +80,10 @@ def closed_by_peer(sock):
     """Whether the publisher closed this raw connection (EOF or reset), without waiting."""
     sock.setblocking(False)
     try:
-        return sock.recv(4096) == b""
+        # The publisher's greeting may come first; the end, if any, after it.
+        while sock.recv(4096):
+            pass
+        return True
     except BlockingIOError:
         return False
     except OSError:

@@ -68,7 +68,7 @@ pub struct Config {
     /// `kv_events_max_connections_per_address`, default 64: connections one peer IP address
     /// may hold at once (tcp endpoints); beyond it, refused like `max_connections`.
     pub max_connections_per_address: u32,
-    /// `kv_events_send_hwm`, default 100000: messages the PUB socket holds for one subscriber
+    /// `kv_events_send_hwm`, default 10000: messages the PUB socket holds for one subscriber
     /// that has not read them yet; past it that subscriber loses messages (it sees a gap).
     /// Subscribers share the messages they have not read, so the memory at stake is the
     /// slowest subscriber's backlog, at most this many messages of at most 64 events.
@@ -104,7 +104,7 @@ impl Default for Config {
             handshake_timeout_ms: 3000,
             max_connections: 512,
             max_connections_per_address: 64,
-            send_hwm: 100_000,
+            send_hwm: 10_000,
             replay_endpoint: String::new(),
             replay_buffer_bytes: 64 << 20,
         }

@@ -18,6 +18,7 @@
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod bench;
+pub mod catchup;
 mod config;
 mod connections;
 mod encode;

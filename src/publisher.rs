@@ -9,7 +9,7 @@ use crate::media::MediumSet;
 use crate::pool::StringPool;
 use crate::queue::{EventQueue, Record};
 use crate::replay::{self, Identity, Ring, Server};
-use crate::security::{Guard, Settings};
+use crate::security::{Guard, Settings, MAX_REQUEST_BYTES, MAX_SUBSCRIPTION_BYTES};
 use crate::stats::{Counters, Stats};
 use crate::worker::{Outlet, Worker};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
@@ -181,7 +181,9 @@ impl Publisher {
             .and_then(|()| socket.set_xpub_verbose(true))
             .and_then(|()| socket.set_sndhwm(config.send_hwm as i32));
         options.map_err(|e| setup("the PUB socket")(e.to_string()))?;
-        security.secure(&socket).map_err(setup("the PUB socket"))?;
+        security
+            .secure(&socket, MAX_SUBSCRIPTION_BYTES)
+            .map_err(setup("the PUB socket"))?;
         let replay_socket = if config.replay_endpoint.is_empty() {
             None
         } else {
@@ -190,7 +192,7 @@ impl Publisher {
                 .map_err(|e| setup("the replay socket")(e.to_string()))?;
             replay::prepare(&router).map_err(setup("the replay socket"))?;
             security
-                .secure(&router)
+                .secure(&router, MAX_REQUEST_BYTES)
                 .map_err(setup("the replay socket"))?;
             Some(router)
         };

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The ZAP domain the PUB socket asks the handler about; libzmq consults ZAP for the NULL
 /// mechanism only when the socket has a domain.
@@ -28,11 +28,20 @@ const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
 const POLL: Duration = Duration::from_millis(100);
 /// At most one line about refused peers per this long, with the count of the others.
 const LOG_EVERY: Duration = Duration::from_secs(10);
-/// The largest message a peer may send: subscriptions and replay requests are a few bytes.
-/// A larger one ends its connection (libzmq's ZMQ_MAXMSGSIZE), before any of it is kept.
-pub(crate) const MAX_INBOUND_BYTES: i64 = 1024;
+/// The largest message a subscriber may send: a subscription to the stream's one topic is
+/// 1 byte (10 as a ZMTP 3.1 command). A larger one ends its connection (libzmq's
+/// ZMQ_MAXMSGSIZE) before any of it is kept, so no long topic ever reaches the socket's
+/// subscription trie.
+pub(crate) const MAX_SUBSCRIPTION_BYTES: i64 = 512;
+/// The largest frame a peer of the replay socket may send: requests are a few bytes and a
+/// tenant id.
+pub(crate) const MAX_REQUEST_BYTES: i64 = 1024;
 /// Messages one peer may have waiting for the publisher to read them.
-pub(crate) const INBOUND_HWM: i32 = 64;
+const INBOUND_HWM: i32 = 4;
+/// The kernel's receive buffer of each connection, in bytes: what a peer can have in flight
+/// towards the publisher. Subscribers send one subscription; a peer that floods
+/// subscriptions is cut off at the first wrong one, and this bounds what it sent before.
+const INBOUND_BUFFER: i32 = 1024;
 
 // The monitor events and protocol error codes of libzmq's zmq.h (4.3), which the `zmq` crate
 // does not re-export as numbers; `watch` reads the same events on the subscriber's side.
@@ -210,8 +219,13 @@ impl Settings {
 
     /// Sets up `socket`, not yet bound, for these rules: a CURVE server when a key is set,
     /// every handshake put to the ZAP handler (which also turns away pre-ZMTP-3 peers), the
-    /// handshake timeout, and the bounds on what a peer may send.
-    pub(crate) fn secure(&self, socket: &zmq::Socket) -> Result<(), String> {
+    /// handshake timeout, and the bounds on what a peer may send: messages of at most
+    /// `max_inbound_bytes`, a few at a time.
+    pub(crate) fn secure(
+        &self,
+        socket: &zmq::Socket,
+        max_inbound_bytes: i64,
+    ) -> Result<(), String> {
         let failed = |what: &str, e: zmq::Error| format!("cannot set {what}: {e}");
         if let Some(pair) = &self.curve {
             socket
@@ -229,11 +243,14 @@ impl Settings {
             .set_handshake_ivl(timeout)
             .map_err(|e| failed("the handshake timeout", e))?;
         socket
-            .set_maxmsgsize(MAX_INBOUND_BYTES)
+            .set_maxmsgsize(max_inbound_bytes)
             .map_err(|e| failed("the largest inbound message", e))?;
         socket
             .set_rcvhwm(INBOUND_HWM)
-            .map_err(|e| failed("the inbound high-water mark", e))
+            .map_err(|e| failed("the inbound high-water mark", e))?;
+        socket
+            .set_rcvbuf(INBOUND_BUFFER)
+            .map_err(|e| failed("the receive buffer", e))
     }
 
     /// Binds `socket` to `endpoint`; an `ipc://` socket file gets the configured mode.
@@ -279,6 +296,7 @@ impl Settings {
             connections: Connections::new(self.limits),
             listeners,
             refusals: RateLimited::new(LOG_EVERY),
+            after_attacks: Aftermath::default(),
         };
         let thread = thread::Builder::new()
             .name("kv-events-zap".into())
@@ -375,7 +393,56 @@ struct Handler {
     connections: Connections,
     listeners: Arc<Listeners>,
     refusals: RateLimited,
+    after_attacks: Aftermath,
 }
+
+/// Gives back to the OS the memory that hostile peers made the process's heap hold.
+///
+/// What libzmq allocates for a peer the publisher refuses (its connection, its subscriptions
+/// until it is cut off) is freed when the peer is gone, but glibc keeps freed memory in the
+/// heap: after a flood, the master's resident size would stay where the flood took it. So
+/// once the refusals have stopped for [`Aftermath::SETTLE`], the heap is trimmed, once.
+#[derive(Debug, Default)]
+struct Aftermath {
+    refusals_seen: u64,
+    last_refusal: Option<Instant>,
+}
+
+impl Aftermath {
+    const SETTLE: Duration = Duration::from_secs(2);
+
+    fn look(&mut self, counters: &PeerCounters) {
+        let refusals = [
+            &counters.refused_handshakes,
+            &counters.connections_refused,
+            &counters.handshake_timeouts,
+            &counters.subscriptions_refused,
+        ]
+        .iter()
+        .map(|c| c.load(Relaxed))
+        .sum();
+        if refusals != self.refusals_seen {
+            self.refusals_seen = refusals;
+            self.last_refusal = Some(Instant::now());
+        } else if self
+            .last_refusal
+            .is_some_and(|at| at.elapsed() >= Self::SETTLE)
+        {
+            self.last_refusal = None;
+            trim_heap();
+        }
+    }
+}
+
+#[cfg(target_env = "gnu")]
+fn trim_heap() {
+    // SAFETY: malloc_trim only returns free heap memory to the OS; it takes the allocator's
+    // locks, as any allocation would.
+    unsafe { libc::malloc_trim(0) };
+}
+
+#[cfg(not(target_env = "gnu"))]
+fn trim_heap() {}
 
 impl Handler {
     fn run(mut self) {
@@ -396,6 +463,7 @@ impl Handler {
         let mut running = self.monitors.len();
         while running > 0 && !self.stop.load(Relaxed) {
             self.connections.keep_reserve();
+            self.after_attacks.look(&self.counters);
             let mut items = vec![self.zap.as_poll_item(zmq::POLLIN)];
             items.extend(
                 self.monitors

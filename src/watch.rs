@@ -55,6 +55,17 @@ pub enum Continuity {
     Restart,
 }
 
+impl Continuity {
+    /// How `sequence` follows `last`.
+    pub fn after(last: u64, sequence: u64) -> Continuity {
+        match sequence.checked_sub(last) {
+            Some(1) => Continuity::Next,
+            Some(step) if step > 1 => Continuity::Gap { missed: step - 1 },
+            _ => Continuity::Restart,
+        }
+    }
+}
+
 /// Why a message could not be read. [`WatchError::Malformed`] and [`WatchError::TooLarge`]
 /// concern one message: the subscriber goes on with the next, whose sequence shows the
 /// refused one as a gap.
@@ -77,6 +88,8 @@ pub enum WatchError {
     /// The publisher refused this subscriber's handshake, or the handshake cannot succeed;
     /// says why, as far as ZeroMQ lets a subscriber know.
     Refused(String),
+    /// The replay socket did not answer, answered with an error, or broke its protocol.
+    Replay(String),
 }
 
 impl fmt::Display for WatchError {
@@ -84,6 +97,7 @@ impl fmt::Display for WatchError {
         match self {
             WatchError::Socket(e) => write!(f, "socket error: {e}"),
             WatchError::Malformed(why) => write!(f, "malformed message: {why}"),
+            WatchError::Replay(why) => write!(f, "replay: {why}"),
             WatchError::TooLarge {
                 bytes,
                 limit,
@@ -385,11 +399,7 @@ impl Subscriber {
             None => Continuity::First {
                 missed: sequence.saturating_sub(1),
             },
-            Some(last) if sequence == last + 1 => Continuity::Next,
-            Some(last) if sequence > last => Continuity::Gap {
-                missed: sequence - last - 1,
-            },
-            Some(_) => Continuity::Restart,
+            Some(last) => Continuity::after(last, sequence),
         };
         self.last_sequence = Some(sequence);
         Ok(Some(Batch {

@@ -183,6 +183,13 @@ pub(crate) struct TailArgs {
     #[arg(long, value_name = "N", default_value = "16777216", verbatim_doc_comment,
           value_parser = at_least_one_usize, allow_negative_numbers = true)]
     pub(crate) max_message_bytes: usize,
+    /// The publisher's replay socket: fill gaps from it, and ask it when the stream is
+    /// quiet whether messages at the end of a burst were lost
+    ///
+    /// The master's kv_events_replay_endpoint. stderr says what could not be filled.
+    #[arg(long, value_name = "E", verbatim_doc_comment,
+          value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) replay_endpoint: Option<String>,
 }
 
 impl TailArgs {
@@ -239,6 +246,15 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "PATH", requires = "curve_secret_key", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) curve_allow: Option<PathBuf>,
+    /// Serve info and replays on this endpoint too (the master's kv_events_replay_endpoint)
+    #[arg(long, value_name = "E", value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) replay_endpoint: Option<String>,
+    /// Messages held for a subscriber that has not read them (kv_events_send_hwm)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) send_hwm: Option<u32>,
+    /// Keep the publisher up SECS seconds after the workload, for late subscribers
+    #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds, allow_negative_numbers = true)]
+    pub(crate) linger: Duration,
 }
 
 /// Which of the events it reads a watcher prints; it counts them all.
@@ -454,6 +470,9 @@ mod tests {
                 dump_index: None,
                 curve_secret_key: None,
                 curve_allow: None,
+                replay_endpoint: None,
+                send_hwm: None,
+                linger: Duration::ZERO,
             }
         );
         assert_eq!(

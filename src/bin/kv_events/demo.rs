@@ -44,8 +44,12 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
         backend_id: BACKEND_ID.into(),
         model_name: MODEL_NAME.into(),
         block_size: BLOCK_SIZE,
+        replay_endpoint: args.replay_endpoint.clone().unwrap_or_default(),
         ..Config::default()
     };
+    if let Some(send_hwm) = args.send_hwm {
+        config.send_hwm = send_hwm;
+    }
     // Removed when the demo ends: the allow-list of the run, with the watcher's key in it.
     let mut run_dir = None;
     let watcher_keys = match &args.curve_secret_key {
@@ -116,6 +120,13 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
     let (view, watcher_failure) = watcher
         .join()
         .map_err(|_| "the watcher thread panicked".to_owned())?;
+    if !args.linger.is_zero() {
+        say(&format!(
+            "The workload is done; the publisher stays up {:.1}s for late subscribers.\n",
+            args.linger.as_secs_f64()
+        ));
+        thread::sleep(args.linger);
+    }
     publisher.shutdown();
     drop(run_dir);
     let stats = publisher.stats();
@@ -374,6 +385,9 @@ fn summary(
         ("queue_capacity", stats.queue_capacity),
         ("last_sequence", stats.last_sequence),
         ("refused_handshakes", stats.refused_handshakes),
+        ("connections_refused", stats.connections_refused),
+        ("handshake_timeouts", stats.handshake_timeouts),
+        ("subscriptions_refused", stats.subscriptions_refused),
     ] {
         let _ = writeln!(s, "  {label:<22} {value:>9}");
     }

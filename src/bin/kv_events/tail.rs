@@ -3,6 +3,7 @@
 
 use crate::args::{Show, TailArgs};
 use crate::view::{connect_form, Tally, View, RCVHWM};
+use mooncake_kv_events::catchup::{Catchup, ReplayClient};
 use mooncake_kv_events::watch::{CurveClient, Subscriber, SubscriberOptions, WatchError};
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
@@ -10,6 +11,8 @@ use std::time::{Duration, Instant};
 /// How long one wait for a message lasts at most: it only bounds how long the loop goes
 /// without looking at its limits.
 const POLL: Duration = Duration::from_secs(1);
+/// How long the stream may be quiet before `--replay-endpoint` asks whether its end was lost.
+const QUIET: Duration = Duration::from_secs(1);
 /// How often `--stats` prints a line.
 const STATS_EVERY: Duration = Duration::from_secs(1);
 
@@ -41,6 +44,15 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
         curve,
         max_message_bytes: args.max_message_bytes,
     };
+    let mut catchup = match &args.replay_endpoint {
+        None => None,
+        Some(replay) => {
+            let replay = connect_form(replay);
+            let client = ReplayClient::connect(&replay, options.curve.clone())
+                .map_err(|e| format!("cannot connect to {replay}: {e}"))?;
+            Some(Catchup::new(client))
+        }
+    };
     let mut subscriber = Subscriber::open(&endpoint, &options)
         .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
     let (stdout, stderr) = (io::stdout(), io::stderr());
@@ -63,6 +75,7 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
         let stop = watch(
             args,
             &mut subscriber,
+            catchup.as_mut(),
             &mut view,
             &mut stats,
             &mut out,
@@ -120,6 +133,7 @@ fn write_failure(e: &io::Error, what: &str) -> Failure {
 fn watch(
     args: &TailArgs,
     subscriber: &mut Subscriber,
+    mut catchup: Option<&mut Catchup>,
     view: &mut View,
     stats: &mut Option<StatsLines>,
     out: &mut impl Write,
@@ -130,6 +144,7 @@ fn watch(
     }
     let limit = args.count.unwrap_or(u64::MAX);
     let mut last_message = Instant::now();
+    let mut last_check = last_message;
     let mut connections_lost = 0;
     loop {
         if view.tally.events >= limit {
@@ -166,13 +181,48 @@ fn watch(
                 args.max_message_bytes
             );
         }
-        match received {
-            Ok(Some(batch)) => {
-                last_message = Instant::now();
-                view.take(&batch, limit - view.tally.events, out, err)
-                    .map_err(|e| write_failure(&e, "an event"))?;
+        let batches = match (received, catchup.as_deref_mut()) {
+            (Ok(Some(batch)), None) => Ok(vec![batch]),
+            (Ok(Some(batch)), Some(catchup)) => {
+                let (batches, failure) = catchup.fill(batch);
+                if let Some(e) = failure {
+                    let _ = writeln!(err, "kv-events: cannot fill a gap: {e}");
+                }
+                Ok(batches)
             }
-            Ok(None) => {}
+            (Ok(None), Some(catchup)) if last_message.max(last_check).elapsed() >= QUIET => {
+                // Quiet: messages lost at the end of a burst show in no later message.
+                last_check = Instant::now();
+                match catchup.check_end() {
+                    Ok((batches, lost)) => {
+                        if lost > 0 {
+                            let _ = writeln!(
+                                err,
+                                "kv-events: the publisher sent {lost} more message{} than \
+                                 arrived here, which its replay buffer no longer holds",
+                                if lost == 1 { "" } else { "s" }
+                            );
+                        }
+                        Ok(batches)
+                    }
+                    Err(e) => {
+                        let _ = writeln!(err, "kv-events: cannot ask for the last sequence: {e}");
+                        Ok(Vec::new())
+                    }
+                }
+            }
+            (Ok(None), _) => Ok(Vec::new()),
+            (Err(e), _) => Err(e),
+        };
+        match batches {
+            Ok(batches) => {
+                for batch in &batches {
+                    last_message = Instant::now();
+                    let left = limit.saturating_sub(view.tally.events);
+                    view.take(batch, left, out, err)
+                        .map_err(|e| write_failure(&e, "an event"))?;
+                }
+            }
             // One message refused: say so and go on; the next message's gap counts it.
             Err(e @ (WatchError::Malformed(_) | WatchError::TooLarge { .. })) => {
                 last_message = Instant::now();

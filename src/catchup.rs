@@ -1,0 +1,251 @@
+//! The subscriber's way back to the stream it missed: a client of the publisher's replay
+//! socket (`kv_events_replay_endpoint`), and [`Catchup`], which fills a subscriber's gaps
+//! from it and notices a loss at the end of a burst, which no later message would show.
+
+use crate::watch::{decode_message, Batch, Continuity, CurveClient, WatchError};
+use std::time::{Duration, Instant};
+
+/// The sequence frame that ends a replay: -1 as a signed 64-bit big-endian integer.
+const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
+
+/// What the publisher's `info` reply says.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Info {
+    /// The random id of the publisher's life: a new one after a restart or a takeover.
+    pub incarnation: u64,
+    /// The publisher's `backend_id`.
+    pub backend_id: String,
+    /// The publisher's `dp_rank`.
+    pub dp_rank: u64,
+    /// The sequence of the last message it sent, 0 before the first.
+    pub last_sequence: u64,
+    /// The oldest sequence a replay can send now, 0 when none.
+    pub oldest_sequence: u64,
+    /// Whether it serves snapshots.
+    pub snapshots: bool,
+}
+
+/// A DEALER connected to a publisher's replay socket, with the subscriber's CURVE keys when
+/// the publisher speaks CURVE.
+pub struct ReplayClient {
+    context: zmq::Context,
+    socket: zmq::Socket,
+    endpoint: String,
+    curve: Option<CurveClient>,
+}
+
+impl std::fmt::Debug for ReplayClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayClient")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ReplayClient {
+    /// Connects to the replay socket at `endpoint`.
+    pub fn connect(endpoint: &str, curve: Option<CurveClient>) -> Result<ReplayClient, zmq::Error> {
+        let context = zmq::Context::new();
+        let socket = Self::open(&context, endpoint, curve.as_ref())?;
+        Ok(ReplayClient {
+            context,
+            socket,
+            endpoint: endpoint.to_owned(),
+            curve,
+        })
+    }
+
+    fn open(
+        context: &zmq::Context,
+        endpoint: &str,
+        curve: Option<&CurveClient>,
+    ) -> Result<zmq::Socket, zmq::Error> {
+        let socket = context.socket(zmq::DEALER)?;
+        socket.set_linger(0)?;
+        if let Some(curve) = curve {
+            socket.set_curve_serverkey(&curve.server_key.0)?;
+            socket.set_curve_publickey(&curve.keys.public.0)?;
+            socket.set_curve_secretkey(&curve.keys.secret.0)?;
+        }
+        socket.connect(endpoint)?;
+        Ok(socket)
+    }
+
+    /// Asks where the stream stands.
+    pub fn info(&mut self, timeout: Duration) -> Result<Info, WatchError> {
+        self.send(&[b"", b"info"])?;
+        let deadline = Instant::now() + timeout;
+        let frames = self.reply(deadline)?;
+        match frames.as_slice() {
+            [_, verb, body] if verb.as_slice() == b"info" => decode_info(body),
+            other => Err(self.unexpected(other)),
+        }
+    }
+
+    /// The retained messages with sequence at least `from`, in order, as batches whose
+    /// continuity is not yet known ([`Continuity::Next`]); what the publisher no longer
+    /// holds is absent.
+    pub fn replay(&mut self, from: u64, timeout: Duration) -> Result<Vec<Batch>, WatchError> {
+        self.send(&[b"", &from.to_be_bytes()])?;
+        let deadline = Instant::now() + timeout;
+        let mut batches = Vec::new();
+        loop {
+            let frames = self.reply(deadline)?;
+            match frames.as_slice() {
+                [_, sequence, payload] if sequence.as_slice() == END_OF_REPLAY => {
+                    if !payload.is_empty() {
+                        return Err(self.unexpected(&frames));
+                    }
+                    return Ok(batches);
+                }
+                [_, sequence, payload] if sequence.len() == 8 => {
+                    let (sequence, timestamp_ms, events, dp_rank) =
+                        decode_message(&[&[][..], sequence.as_slice(), payload.as_slice()])?;
+                    batches.push(Batch {
+                        sequence,
+                        continuity: Continuity::Next,
+                        timestamp_ms,
+                        dp_rank,
+                        events,
+                    });
+                }
+                other => return Err(self.unexpected(other)),
+            }
+        }
+    }
+
+    fn send(&self, frames: &[&[u8]]) -> Result<(), WatchError> {
+        self.socket
+            .send_multipart(frames, zmq::DONTWAIT)
+            .map_err(|e| WatchError::Replay(format!("cannot ask {}: {e}", self.endpoint)))
+    }
+
+    /// The next reply, by `deadline`. A reply that does not come in time may still come
+    /// later; the socket is replaced so that it cannot be taken for the next request's.
+    fn reply(&mut self, deadline: Instant) -> Result<Vec<Vec<u8>>, WatchError> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut items = [self.socket.as_poll_item(zmq::POLLIN)];
+        let ready = zmq::poll(&mut items, left.as_millis() as i64).map_err(WatchError::Socket)?;
+        if ready == 0 {
+            if let Ok(fresh) = Self::open(&self.context, &self.endpoint, self.curve.as_ref()) {
+                self.socket = fresh;
+            }
+            return Err(WatchError::Replay(format!(
+                "{} did not answer in time",
+                self.endpoint
+            )));
+        }
+        self.socket.recv_multipart(0).map_err(WatchError::Socket)
+    }
+
+    fn unexpected(&self, frames: &[Vec<u8>]) -> WatchError {
+        match frames {
+            [_, verb, text] if verb.as_slice() == b"error" => WatchError::Replay(format!(
+                "{} says: {}",
+                self.endpoint,
+                String::from_utf8_lossy(text)
+            )),
+            _ => WatchError::Replay(format!(
+                "{} sent a reply of {} frames that is not the protocol's",
+                self.endpoint,
+                frames.len()
+            )),
+        }
+    }
+}
+
+/// Decodes an `info` map; unknown keys are ignored, missing ones stay at their default.
+fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
+    let malformed = |why: &str| WatchError::Replay(format!("an info reply {why}"));
+    let value = rmpv::decode::read_value(&mut &body[..])
+        .map_err(|e| malformed(&format!("is not msgpack: {e}")))?;
+    let rmpv::Value::Map(entries) = value else {
+        return Err(malformed("is not a map"));
+    };
+    let mut info = Info::default();
+    for (key, value) in &entries {
+        let number = value.as_u64().unwrap_or_default();
+        match key.as_str() {
+            Some("incarnation") => info.incarnation = number,
+            Some("dp_rank") => info.dp_rank = number,
+            Some("last_sequence") => info.last_sequence = number,
+            Some("oldest_sequence") => info.oldest_sequence = number,
+            Some("backend_id") => info.backend_id = value.as_str().unwrap_or_default().into(),
+            Some("snapshots") => info.snapshots = value.as_bool().unwrap_or_default(),
+            _ => {}
+        }
+    }
+    Ok(info)
+}
+
+/// How long a replay or an `info` may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Fills a subscriber's gaps from the replay socket, as far as its buffer reaches.
+#[derive(Debug)]
+pub struct Catchup {
+    client: ReplayClient,
+    last: Option<u64>,
+}
+
+impl Catchup {
+    /// Follows the stream with `client`.
+    pub fn new(client: ReplayClient) -> Catchup {
+        Catchup { client, last: None }
+    }
+
+    /// `batch` came from the stream: the batches to take in its place, in order, each with
+    /// its continuity to the one before: the messages of the gap before it that the replay
+    /// socket still holds, then `batch`. A gap the replay could not fill stays a gap.
+    ///
+    /// A replay that fails leaves the gap as it was; the error says why.
+    pub fn fill(&mut self, batch: Batch) -> (Vec<Batch>, Option<WatchError>) {
+        let mut batches = Vec::new();
+        let mut failure = None;
+        let gap = self.last.filter(|last| batch.sequence > last + 1);
+        if let Some(last) = gap {
+            match self.client.replay(last + 1, ASK_TIMEOUT) {
+                Ok(replayed) => {
+                    batches.extend(replayed.into_iter().filter(|b| b.sequence < batch.sequence))
+                }
+                Err(e) => failure = Some(e),
+            }
+        }
+        batches.push(batch);
+        (self.sequence(batches), failure)
+    }
+
+    /// The stream is quiet: asks the publisher for its last sequence and replays what it
+    /// sent after the last message seen. Returns the replayed batches and the sequence
+    /// numbers at the end that are lost for good (no later message would show them).
+    pub fn check_end(&mut self) -> Result<(Vec<Batch>, u64), WatchError> {
+        let Some(last) = self.last else {
+            return Ok((Vec::new(), 0));
+        };
+        let info = self.client.info(ASK_TIMEOUT)?;
+        if info.last_sequence <= last {
+            return Ok((Vec::new(), 0));
+        }
+        let replayed: Vec<Batch> = self
+            .client
+            .replay(last + 1, ASK_TIMEOUT)?
+            .into_iter()
+            .filter(|b| b.sequence <= info.last_sequence)
+            .collect();
+        let batches = self.sequence(replayed);
+        let reached = self.last.unwrap_or(last);
+        self.last = Some(info.last_sequence);
+        Ok((batches, info.last_sequence - reached))
+    }
+
+    /// Sets each batch's continuity to the one before it, from the last sequence seen.
+    fn sequence(&mut self, mut batches: Vec<Batch>) -> Vec<Batch> {
+        for batch in &mut batches {
+            if let Some(last) = self.last {
+                batch.continuity = Continuity::after(last, batch.sequence);
+            }
+            self.last = Some(batch.sequence);
+        }
+        batches
+    }
+}
