@@ -1,0 +1,44 @@
+// Internal to the library: what both sides of the C API (cpp/kv_events.cc, ON, and
+// cpp/kv_events_stub.cc, OFF) do alike: a config's defaults, reading a caller's config of any
+// size, and the version. Header-only and free of the C++ runtime (no exceptions, no standard
+// library beyond <cstring>), so that the stub needs none.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+
+#include "mooncake/kv_events_c.h"
+
+namespace mooncake::kv_events::detail {
+
+inline kv_events_config default_config() noexcept {
+  kv_events_config c{};
+  c.emit_object_key = true;
+  c.emit_legacy_compat = true;
+  c.queue_capacity = 65536;
+  c.ipc_mode = "0660";
+  return c;
+}
+
+// Fills the first `size` bytes of *config (the caller's sizeof) with the defaults.
+inline void config_init(kv_events_config* config, size_t size) noexcept {
+  if (config == nullptr) return;
+  const kv_events_config defaults = default_config();
+  std::memcpy(config, &defaults, size < sizeof defaults ? size : sizeof defaults);
+}
+
+// The caller's config of `size` bytes: the fields it has, and defaults for those it lacks (a
+// caller built against an older header). Fields beyond those this library knows are ignored.
+inline kv_events_config config_of(const kv_events_config* config, size_t size) noexcept {
+  kv_events_config c = default_config();
+  std::memcpy(&c, config, size < sizeof c ? size : sizeof c);
+  return c;
+}
+
+inline void version(int* major, int* minor, int* patch) noexcept {
+  if (major != nullptr) *major = MOONCAKE_KV_EVENTS_VERSION_MAJOR;
+  if (minor != nullptr) *minor = MOONCAKE_KV_EVENTS_VERSION_MINOR;
+  if (patch != nullptr) *patch = MOONCAKE_KV_EVENTS_VERSION_PATCH;
+}
+
+}  // namespace mooncake::kv_events::detail
