@@ -21,6 +21,8 @@
 #include "rust/cxx.h"
 
 namespace bridge = mooncake::kv_events::bridge;
+using mooncake::kv_events::detail::malloc_copy;
+using mooncake::kv_events::detail::readable;
 
 struct kv_events_publisher {
   rust::Box<bridge::RustPublisher> rust;  // a disabled Rust publisher when disabled
@@ -30,9 +32,6 @@ struct kv_events_publisher {
 namespace {
 
 const uint8_t* bytes(const char* s) noexcept { return reinterpret_cast<const uint8_t*>(s); }
-
-// Whether a (pointer, length) string can be read: a NULL pointer only with length 0.
-bool readable(const char* data, size_t len) noexcept { return data != nullptr || len == 0; }
 
 // Copies `message` into the caller's buffer, NUL-terminated and truncated to fit.
 void report(char* error, size_t error_size, std::string_view message) noexcept {
@@ -79,15 +78,6 @@ rust::Box<bridge::RustPublisher> create_rust(const kv_events_config& config, int
   bridge::validate_config(bridge_config);
   status = KV_EVENTS_ERR_BIND;
   return bridge::create_publisher(bridge_config);
-}
-
-// A copy of `text` the caller frees with kv_events_string_free; NULL when memory ran out.
-char* c_string(std::string_view text) noexcept {
-  auto* copy = static_cast<char*>(std::malloc(text.size() + 1));
-  if (copy == nullptr) return nullptr;
-  std::memcpy(copy, text.data(), text.size());
-  copy[text.size()] = '\0';
-  return copy;
 }
 
 }  // namespace
@@ -198,12 +188,14 @@ int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* s
 char* kv_events_status_json(const kv_events_publisher* publisher) {
   if (publisher == nullptr) return nullptr;
   try {
-    const rust::String json = publisher->rust->status_json();
+    const rust::String rust_json = publisher->rust->status_json();
     // The Rust side writes one JSON object of the stats; announce the build variant in it.
-    const std::string_view body(json.data(), json.size());
-    if (body.size() < 2 || body.front() != '{') return c_string(body);
+    const std::string_view body(rust_json.data(), rust_json.size());
+    if (body.size() < 2 || body.front() != '{') return malloc_copy(body);
     const char* separator = body.size() > 2 ? "," : "";
-    return c_string("{\"built_with_kv_events\":true" + (separator + std::string(body.substr(1))));
+    const std::string json_with_build =
+        "{\"built_with_kv_events\":true" + (separator + std::string(body.substr(1)));
+    return malloc_copy(json_with_build);
   } catch (...) {
     return nullptr;
   }
@@ -213,7 +205,7 @@ char* kv_events_metrics_text(const kv_events_publisher* publisher) {
   if (publisher == nullptr) return nullptr;
   try {
     const rust::String text = publisher->rust->metrics_text();
-    return c_string(std::string_view(text.data(), text.size()));
+    return malloc_copy(std::string_view(text.data(), text.size()));
   } catch (...) {
     return nullptr;
   }

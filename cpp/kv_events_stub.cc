@@ -19,6 +19,9 @@
 #include "c_api_common.h"
 #include "mooncake/kv_events_c.h"
 
+using mooncake::kv_events::detail::malloc_copy;
+using mooncake::kv_events::detail::readable;
+
 struct kv_events_publisher {
   bool unused;  // a handle must be a distinct allocation; the stub keeps nothing in it
 };
@@ -81,13 +84,6 @@ void warn(const char* line) {
   pthread_mutex_unlock(&sink_mutex);
 }
 
-char* copy(const char* text) {
-  const size_t size = std::strlen(text) + 1;
-  auto* out = static_cast<char*>(std::malloc(size));
-  if (out != nullptr) std::memcpy(out, text, size);
-  return out;
-}
-
 }  // namespace
 
 extern "C" {
@@ -126,9 +122,8 @@ int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant
                               size_t object_key_len, const char* group_id, size_t group_id_len,
                               uint8_t, uint8_t) {
   // The same answers as the real library, so that a caller's error handling is tested here too.
-  if (publisher == nullptr || (tenant_id == nullptr && tenant_id_len != 0) ||
-      (object_key == nullptr && object_key_len != 0) ||
-      (group_id == nullptr && group_id_len != 0)) {
+  if (publisher == nullptr || !readable(tenant_id, tenant_id_len) ||
+      !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
     return KV_EVENTS_ERR_INVALID_ARGUMENT;
   }
   return KV_EVENTS_OK;
@@ -138,7 +133,7 @@ uint64_t kv_events_begin_remove_all(kv_events_publisher*) { return 0; }
 
 int kv_events_on_remove_all(kv_events_publisher* publisher, uint64_t, const char* tenant_id,
                             size_t tenant_id_len, uint64_t, uint64_t) {
-  if (publisher == nullptr || (tenant_id == nullptr && tenant_id_len != 0)) {
+  if (publisher == nullptr || !readable(tenant_id, tenant_id_len)) {
     return KV_EVENTS_ERR_INVALID_ARGUMENT;
   }
   return KV_EVENTS_OK;
@@ -153,11 +148,11 @@ int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* s
 }
 
 char* kv_events_status_json(const kv_events_publisher* publisher) {
-  return publisher == nullptr ? nullptr : copy(kStatusJson);
+  return publisher == nullptr ? nullptr : malloc_copy(kStatusJson);
 }
 
 char* kv_events_metrics_text(const kv_events_publisher* publisher) {
-  return publisher == nullptr ? nullptr : copy(kMetricsText);
+  return publisher == nullptr ? nullptr : malloc_copy(kMetricsText);
 }
 
 void kv_events_string_free(char* string) { std::free(string); }
