@@ -85,7 +85,8 @@ endfunction()
 # _kv_events_add_stub(<target>)
 # The OFF variant: a static library of no-op calls, free of the C++ runtime.
 function(_kv_events_add_stub target)
-  add_library(${target} STATIC "${_KV_EVENTS_ROOT}/cpp/kv_events_stub.cc")
+  add_library(${target} STATIC
+    "${_KV_EVENTS_ROOT}/cpp/kv_events_stub.cc" "${_KV_EVENTS_ROOT}/cpp/kv_events_common.cc")
   _kv_events_common(${target})
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -fno-exceptions -fno-rtti)
@@ -174,7 +175,8 @@ function(_kv_events_add_shared target)
 
   _kv_events_add_cargo_build(ARCHIVE archive INCLUDE_DIR bridge_include_dir)
 
-  add_library(${target} SHARED "${_KV_EVENTS_ROOT}/cpp/kv_events.cc")
+  add_library(${target} SHARED
+    "${_KV_EVENTS_ROOT}/cpp/kv_events.cc" "${_KV_EVENTS_ROOT}/cpp/kv_events_common.cc")
   _kv_events_common(${target})
   # The ABI's major version is the SONAME's: 0 until the C API is declared stable.
   set_target_properties(${target} PROPERTIES

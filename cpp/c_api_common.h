@@ -1,8 +1,8 @@
 // Internal to the library: what both sides of the C API (cpp/kv_events.cc, ON, and
-// cpp/kv_events_stub.cc, OFF) do alike: a config's defaults, reading a caller's config of any
-// size, string arguments, strings handed to the caller, and the version. Header-only and free
-// of the C++ runtime (no exceptions, nothing of the standard library that is not inline), so
-// that the stub needs none.
+// cpp/kv_events_stub.cc, OFF, with cpp/kv_events_common.cc) share: a config's defaults,
+// reading a caller's config of any size, string arguments, strings handed to the caller.
+// Header-only and free of the C++ runtime (no exceptions, nothing of the standard library that
+// is not inline), so that the stub needs none.
 #pragma once
 
 #include <cstddef>
@@ -21,13 +21,6 @@ inline kv_events_config default_config() noexcept {
   c.queue_capacity = 65536;
   c.ipc_mode = "0660";
   return c;
-}
-
-// Fills the first `size` bytes of *config (the caller's sizeof) with the defaults.
-inline void config_init(kv_events_config* config, size_t size) noexcept {
-  if (config == nullptr) return;
-  const kv_events_config defaults = default_config();
-  std::memcpy(config, &defaults, size < sizeof defaults ? size : sizeof defaults);
 }
 
 // The caller's config of `size` bytes: the fields it has, and defaults for those it lacks (a
@@ -49,12 +42,6 @@ inline char* malloc_copy(std::string_view text) noexcept {
   std::memcpy(copy, text.data(), text.size());
   copy[text.size()] = '\0';
   return copy;
-}
-
-inline void version(int* major, int* minor, int* patch) noexcept {
-  if (major != nullptr) *major = MOONCAKE_KV_EVENTS_VERSION_MAJOR;
-  if (minor != nullptr) *minor = MOONCAKE_KV_EVENTS_VERSION_MINOR;
-  if (patch != nullptr) *patch = MOONCAKE_KV_EVENTS_VERSION_PATCH;
 }
 
 }  // namespace mooncake::kv_events::detail

@@ -84,10 +84,6 @@ rust::Box<bridge::RustPublisher> create_rust(const kv_events_config& config, int
 
 extern "C" {
 
-void kv_events_config_init(kv_events_config* config, size_t config_size) {
-  mooncake::kv_events::detail::config_init(config, config_size);
-}
-
 int kv_events_create(const kv_events_config* config, size_t config_size,
                      kv_events_publisher** publisher, char* error, size_t error_size) {
   report(error, error_size, "");
@@ -126,14 +122,6 @@ void kv_events_destroy(kv_events_publisher* publisher) {
 
 bool kv_events_enabled(const kv_events_publisher* publisher) {
   return publisher != nullptr && publisher->enabled;
-}
-
-int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_id,
-                            size_t tenant_id_len, const char* object_key, size_t object_key_len,
-                            const char* group_id, size_t group_id_len, uint8_t media) {
-  // A commit is the delta from no medium: stored for every medium in `media`.
-  return kv_events_on_medium_delta(publisher, tenant_id, tenant_id_len, object_key,
-                                   object_key_len, group_id, group_id_len, 0, media);
 }
 
 int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
@@ -211,8 +199,6 @@ char* kv_events_metrics_text(const kv_events_publisher* publisher) {
   }
 }
 
-void kv_events_string_free(char* string) { std::free(string); }
-
 int kv_events_flush(kv_events_publisher* publisher, uint64_t timeout_ms) {
   if (publisher == nullptr) return KV_EVENTS_ERR_INVALID_ARGUMENT;
   return publisher->rust->flush(timeout_ms) ? KV_EVENTS_OK : KV_EVENTS_ERR_NOT_FLUSHED;
@@ -235,10 +221,6 @@ int kv_events_set_log_sink(kv_events_log_fn sink, void* context, void (*release)
     if (release != nullptr) release(context);
     return KV_EVENTS_ERR_NO_MEMORY;
   }
-}
-
-void kv_events_version(int* major, int* minor, int* patch) {
-  mooncake::kv_events::detail::version(major, minor, patch);
 }
 
 }  // extern "C"

@@ -88,10 +88,6 @@ void warn(const char* line) {
 
 extern "C" {
 
-void kv_events_config_init(kv_events_config* config, size_t config_size) {
-  mooncake::kv_events::detail::config_init(config, config_size);
-}
-
 int kv_events_create(const kv_events_config* config, size_t config_size,
                      kv_events_publisher** publisher, char* error, size_t error_size) {
   if (error != nullptr && error_size > 0) error[0] = '\0';
@@ -109,13 +105,6 @@ int kv_events_create(const kv_events_config* config, size_t config_size,
 void kv_events_destroy(kv_events_publisher* publisher) { std::free(publisher); }
 
 bool kv_events_enabled(const kv_events_publisher*) { return false; }
-
-int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_id,
-                            size_t tenant_id_len, const char* object_key, size_t object_key_len,
-                            const char* group_id, size_t group_id_len, uint8_t media) {
-  return kv_events_on_medium_delta(publisher, tenant_id, tenant_id_len, object_key,
-                                   object_key_len, group_id, group_id_len, 0, media);
-}
 
 int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
                               size_t tenant_id_len, const char* object_key,
@@ -155,8 +144,6 @@ char* kv_events_metrics_text(const kv_events_publisher* publisher) {
   return publisher == nullptr ? nullptr : malloc_copy(kMetricsText);
 }
 
-void kv_events_string_free(char* string) { std::free(string); }
-
 int kv_events_flush(kv_events_publisher* publisher, uint64_t) {
   return publisher == nullptr ? KV_EVENTS_ERR_INVALID_ARGUMENT : KV_EVENTS_OK;
 }
@@ -174,10 +161,6 @@ int kv_events_set_log_sink(kv_events_log_fn sink, void* context, void (*release)
   // Every call of the old sink ran under the mutex: none is running now.
   if (old_release != nullptr) old_release(old_context);
   return KV_EVENTS_OK;
-}
-
-void kv_events_version(int* major, int* minor, int* patch) {
-  mooncake::kv_events::detail::version(major, minor, patch);
 }
 
 }  // extern "C"
