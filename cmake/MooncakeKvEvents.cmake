@@ -5,24 +5,32 @@
 #   include(<path to mooncake-kv-events>/cmake/MooncakeKvEvents.cmake)
 #   target_link_libraries(master PRIVATE mooncake::kv_events)
 #
-# The target mooncake_kv_events (alias mooncake::kv_events) carries include/ (the header
-# mooncake/kv_events.h) and C++17 as usage requirements. Its implementation depends on the
-# option ENABLE_KV_EVENTS:
+# (or add_subdirectory / FetchContent of the checkout, whose CMakeLists.txt includes this file,
+# or find_package(MooncakeKvEvents CONFIG) of an installed one: the same target each way).
 #
-#   OFF (default)  a small static C++ stub, cpp/kv_events_stub.cc: every call does nothing.
-#                  Needs no Rust toolchain and no ZeroMQ.
+# The target mooncake_kv_events (alias mooncake::kv_events) carries include/ (the C API
+# mooncake/kv_events_c.h and its inline C++ wrapper mooncake/kv_events.h) and C++17 as usage
+# requirements. Its implementation depends on the option ENABLE_KV_EVENTS:
+#
+#   OFF (default)  a small static stub, cpp/kv_events_stub.cc: every call does nothing. Needs no
+#                  Rust toolchain and no ZeroMQ, and no C++ runtime (a C program links it).
 #   ON             libmooncake_kv_events.so.0 (SONAME; the file carries the crate's version):
 #                  the Rust crate, built by cargo as a static archive (--release --locked,
 #                  into KV_EVENTS_CARGO_TARGET_DIR, under the build tree unless set), wrapped
-#                  by cpp/kv_events.cc. It links the system libzmq (Debian: libzmq3-dev, found
-#                  with pkg-config) and exports the public API only: hidden visibility, and
-#                  --exclude-libs,ALL for the archive. Needs cargo.
+#                  by the C API of cpp/kv_events.cc. It links the system libzmq (Debian:
+#                  libzmq3-dev, found with pkg-config) and exports the C API only (kv_events_*):
+#                  hidden visibility, a version script, and --exclude-libs,ALL for the archive.
+#                  Cargo's dep-info file decides when the archive is rebuilt. Needs cargo.
 #
 # Configuring and building never write into this directory: cargo's target directory is in
 # the build tree, and Cargo.lock is only read (--locked).
 #
-# Installing (KV_EVENTS_INSTALL, ON by default): `cmake --install` puts the header under
-# include/ and, in the ON build, the library and its SONAME link under CMAKE_INSTALL_LIBDIR.
+# Installing: in the ON build, `cmake --install` always puts the library and its SONAME link
+# under CMAKE_INSTALL_LIBDIR (the master needs it to run). With KV_EVENTS_INSTALL (ON only when
+# this is the top-level project, so that a master including us does not install our headers by
+# surprise) it also installs what builds against the library: both headers, the link-time
+# libmooncake_kv_events.so (or the stub archive), the CMake package MooncakeKvEvents and the
+# pkg-config file mooncake-kv-events.pc.
 # An installed master finds the library through its RUNPATH: one more line,
 #
 #   kv_events_install_rpath(master)
@@ -34,11 +42,23 @@ include_guard(GLOBAL)
 option(ENABLE_KV_EVENTS
        "Publish KV events (Rust publisher on ZeroMQ); OFF builds a stub whose calls do nothing"
        OFF)
-option(KV_EVENTS_INSTALL "Install the KV event publisher's header and library" ON)
+# Top level: the checkout configured as its own project (CMakeLists.txt), not a master's.
+if(DEFINED MooncakeKvEvents_IS_TOP_LEVEL AND MooncakeKvEvents_IS_TOP_LEVEL)
+  set(_kv_events_top_level ON)
+else()
+  set(_kv_events_top_level OFF)
+endif()
+option(KV_EVENTS_INSTALL
+       "Install the KV event publisher's headers, CMake package and pkg-config file"
+       ${_kv_events_top_level})
 set(KV_EVENTS_CARGO_TARGET_DIR "${CMAKE_BINARY_DIR}/mooncake-kv-events/cargo" CACHE PATH
     "cargo's target directory for the ON build; give the crate's target/ to share it with cargo test")
 
 include(GNUInstallDirs)
+include("${CMAKE_CURRENT_LIST_DIR}/MooncakeKvEventsVersion.cmake")
+# The cargo build's DEPFILE names absolute paths: let CMake rewrite them as the generator wants,
+# whatever policy version the including master asked for.
+cmake_policy(SET CMP0116 NEW)
 
 # The crate's root, fixed when the module is included (functions see the caller's list dir).
 get_filename_component(_KV_EVENTS_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
@@ -46,13 +66,16 @@ get_filename_component(_KV_EVENTS_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 # _kv_events_common(<target>)
 # The usage requirements and build settings both variants share.
 function(_kv_events_common target)
-  target_include_directories(${target} PUBLIC "${_KV_EVENTS_ROOT}/include")
+  target_include_directories(${target} PUBLIC
+    "$<BUILD_INTERFACE:${_KV_EVENTS_ROOT}/include>"
+    "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
   target_compile_features(${target} PUBLIC cxx_std_17)
   set_target_properties(${target} PROPERTIES
     CXX_EXTENSIONS OFF
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
-    POSITION_INDEPENDENT_CODE ON)
+    POSITION_INDEPENDENT_CODE ON
+    EXPORT_NAME kv_events)
   if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
     target_compile_options(${target} PRIVATE -Wall -Wextra)
   endif()
@@ -60,27 +83,14 @@ function(_kv_events_common target)
 endfunction()
 
 # _kv_events_add_stub(<target>)
-# The OFF variant: a static library of no-op calls.
+# The OFF variant: a static library of no-op calls, free of the C++ runtime.
 function(_kv_events_add_stub target)
-  add_library(${target} STATIC "${_KV_EVENTS_ROOT}/cpp/kv_events_stub.cc")
+  add_library(${target} STATIC
+    "${_KV_EVENTS_ROOT}/cpp/kv_events_stub.cc" "${_KV_EVENTS_ROOT}/cpp/kv_events_common.cc")
   _kv_events_common(${target})
-endfunction()
-
-# _kv_events_check_modules(<file>...)
-# Stops when src/lib.rs declares a module whose file is not among <file>: the cargo build
-# would not rerun when it changes. Reconfigures whenever src/lib.rs changes.
-function(_kv_events_check_modules)
-  set(lib_rs "${_KV_EVENTS_ROOT}/src/lib.rs")
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${lib_rs}")
-  file(STRINGS "${lib_rs}" declarations REGEX "^[ ]*(pub(\\([a-z]+\\))? )?mod [a-z_0-9]+;")
-  foreach(declaration IN LISTS declarations)
-    string(REGEX REPLACE ".*mod ([a-z_0-9]+);.*" "src/\\1.rs" file "${declaration}")
-    if(NOT file IN_LIST ARGN)
-      message(FATAL_ERROR
-        "src/lib.rs declares a module in ${file}, which ${CMAKE_CURRENT_FUNCTION_LIST_FILE} "
-        "does not list among the inputs of the cargo build: add it to `modules` there.")
-    endif()
-  endforeach()
+  if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+    target_compile_options(${target} PRIVATE -fno-exceptions -fno-rtti)
+  endif()
 endfunction()
 
 # _kv_events_add_cargo_build(ARCHIVE <var> INCLUDE_DIR <var>)
@@ -105,14 +115,20 @@ function(_kv_events_add_cargo_build)
   set(include_dir "${target_dir}/cxxbridge")
   file(MAKE_DIRECTORY "${include_dir}")
 
-  # Every input of the library build; a new module of the crate must be added here.
-  set(modules
-    src/lib.rs src/bench.rs src/config.rs src/encode.rs src/event.rs src/ffi.rs src/keys.rs
-    src/log.rs src/media.rs src/pool.rs src/publisher.rs src/queue.rs src/scan.rs src/security.rs
-    src/stats.rs src/watch.rs src/worker.rs)
-  _kv_events_check_modules(${modules})
-  set(inputs Cargo.toml Cargo.lock build.rs .cargo/config.toml cpp/log_sink.h ${modules})
+  # What cargo reads besides the crate's sources, which its dep-info file lists.
+  set(inputs Cargo.toml Cargo.lock build.rs .cargo/config.toml)
   list(TRANSFORM inputs PREPEND "${root}/")
+  # Cargo's dep-info file of the library: every source file and build-script input it read.
+  # Ninja and Makefile generators take it as the DEPFILE; others run cargo on every build, and
+  # cargo decides.
+  set(depfile "${target_dir}/release/libmooncake_kv_events.d")
+  if(CMAKE_GENERATOR MATCHES "Ninja|Makefiles")
+    set(dependencies DEPFILE "${depfile}")
+  else()
+    set(always_stale "${target_dir}/always-stale")
+    set(dependencies DEPENDS "${always_stale}")
+    add_custom_command(OUTPUT "${always_stale}" COMMAND "${CMAKE_COMMAND}" -E true)
+  endif()
 
   # CC, CXX and CFLAGS are left as they are: cc-rs reruns build scripts when they change, so
   # a target directory shared with a plain `cargo test` must see the same environment.
@@ -127,6 +143,7 @@ function(_kv_events_add_cargo_build)
     # cargo leaves a fresh archive untouched; mark it current so the build does not rerun.
     COMMAND "${CMAKE_COMMAND}" -E touch_nocreate "${archive}"
     DEPENDS ${inputs}
+    ${dependencies}
     WORKING_DIRECTORY "${root}"
     COMMENT "cargo build --release: mooncake-kv-events"
     USES_TERMINAL
@@ -158,11 +175,12 @@ function(_kv_events_add_shared target)
 
   _kv_events_add_cargo_build(ARCHIVE archive INCLUDE_DIR bridge_include_dir)
 
-  add_library(${target} SHARED "${_KV_EVENTS_ROOT}/cpp/kv_events.cc")
+  add_library(${target} SHARED
+    "${_KV_EVENTS_ROOT}/cpp/kv_events.cc" "${_KV_EVENTS_ROOT}/cpp/kv_events_common.cc")
   _kv_events_common(${target})
-  # The ABI's major version is the SONAME's: 0 until the header's API is declared stable.
-  _kv_events_crate_version(version)
-  set_target_properties(${target} PROPERTIES VERSION "${version}" SOVERSION 0)
+  # The ABI's major version is the SONAME's: 0 until the C API is declared stable.
+  set_target_properties(${target} PROPERTIES
+    VERSION "${MOONCAKE_KV_EVENTS_VERSION}" SOVERSION 0)
   add_dependencies(${target} _kv_events_cargo)
   # The generated bridge header includes cpp/log_sink.h relative to the crate root.
   target_include_directories(${target} PRIVATE "${bridge_include_dir}" "${_KV_EVENTS_ROOT}")
@@ -174,34 +192,50 @@ function(_kv_events_add_shared target)
   target_link_options(${target} PRIVATE
     # Nothing from the archive (Rust std, cxx, the bridge) enters the dynamic symbol table.
     "LINKER:--exclude-libs,ALL"
-    # Only mooncake::kv_events does, even what hidden visibility cannot hide.
+    # Only the C API (kv_events_*) does, even what hidden visibility cannot hide.
     "LINKER:--version-script=${version_script}"
     "LINKER:--no-undefined"
     "LINKER:--gc-sections")
   set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${version_script}")
 endfunction()
 
-# _kv_events_crate_version(<var>)
-# Sets <var> to the version in Cargo.toml: one number for the crate and the library file.
-function(_kv_events_crate_version var)
-  set(manifest "${_KV_EVENTS_ROOT}/Cargo.toml")
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${manifest}")
-  file(STRINGS "${manifest}" line REGEX "^version = \"[0-9.]+\"$" LIMIT_COUNT 1)
-  if(NOT line MATCHES "\"([0-9.]+)\"")
-    message(FATAL_ERROR "${manifest} has no line `version = \"X.Y.Z\"`")
-  endif()
-  set(${var} "${CMAKE_MATCH_1}" PARENT_SCOPE)
-endfunction()
-
 # _kv_events_install(<target>)
-# The header in both variants; the shared library (and its SONAME link) in the ON build. The
-# OFF stub is linked into the master itself, so nothing of it is needed at run time.
+# In the ON build, the shared library and its SONAME link, which an installed master runs with.
+# With KV_EVENTS_INSTALL, what builds against it as well: both headers, the link-time name (or
+# the OFF build's stub archive), the CMake package and the pkg-config file.
 function(_kv_events_install target)
-  install(FILES "${_KV_EVENTS_ROOT}/include/mooncake/kv_events.h"
-          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/mooncake")
-  if(ENABLE_KV_EVENTS)
-    install(TARGETS ${target} LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+  if(NOT KV_EVENTS_INSTALL)
+    if(ENABLE_KV_EVENTS)
+      install(TARGETS ${target} LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" NAMELINK_SKIP)
+    endif()
+    return()
   endif()
+  set(package_dir "${CMAKE_INSTALL_LIBDIR}/cmake/MooncakeKvEvents")
+  install(TARGETS ${target} EXPORT MooncakeKvEventsTargets
+          LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+          ARCHIVE DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+  install(FILES "${_KV_EVENTS_ROOT}/include/mooncake/kv_events.h"
+                "${_KV_EVENTS_ROOT}/include/mooncake/kv_events_c.h"
+          DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}/mooncake")
+  install(EXPORT MooncakeKvEventsTargets NAMESPACE mooncake:: DESTINATION "${package_dir}")
+
+  include(CMakePackageConfigHelpers)
+  set(generated "${CMAKE_CURRENT_BINARY_DIR}/mooncake-kv-events")
+  configure_package_config_file("${_KV_EVENTS_ROOT}/cmake/MooncakeKvEventsConfig.cmake.in"
+    "${generated}/MooncakeKvEventsConfig.cmake" INSTALL_DESTINATION "${package_dir}")
+  # 0.x: the SONAME's major version is the compatibility promise.
+  write_basic_package_version_file("${generated}/MooncakeKvEventsConfigVersion.cmake"
+    VERSION "${MOONCAKE_KV_EVENTS_VERSION}" COMPATIBILITY SameMajorVersion)
+  install(FILES "${generated}/MooncakeKvEventsConfig.cmake"
+                "${generated}/MooncakeKvEventsConfigVersion.cmake"
+          DESTINATION "${package_dir}")
+
+  # The .pc file finds the prefix from its own place, so that any --prefix works.
+  file(RELATIVE_PATH _KV_EVENTS_PC_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+  configure_file("${_KV_EVENTS_ROOT}/cmake/mooncake-kv-events.pc.in"
+                 "${generated}/mooncake-kv-events.pc" @ONLY)
+  install(FILES "${generated}/mooncake-kv-events.pc"
+          DESTINATION "${CMAKE_INSTALL_LIBDIR}/pkgconfig")
 endfunction()
 
 # kv_events_install_rpath(<target>...)
@@ -223,6 +257,4 @@ if(ENABLE_KV_EVENTS)
 else()
   _kv_events_add_stub(mooncake_kv_events)
 endif()
-if(KV_EVENTS_INSTALL)
-  _kv_events_install(mooncake_kv_events)
-endif()
+_kv_events_install(mooncake_kv_events)

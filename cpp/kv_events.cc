@@ -1,36 +1,56 @@
-// The ENABLE_KV_EVENTS=ON side of include/mooncake/kv_events.h: forwards every call to the
-// Rust publisher through the cxx bridge (src/ffi.rs). Strings cross as byte slices, never
-// rust::Str, so keys that are not UTF-8 reach the wire unchanged and nothing throws.
-
-#include "mooncake/kv_events.h"
+// The ENABLE_KV_EVENTS=ON side of include/mooncake/kv_events_c.h: the C API, forwarded to the
+// Rust publisher through the cxx bridge (src/ffi.rs). Strings cross as pointer and length,
+// never rust::Str, so keys that are not UTF-8 reach the wire unchanged and nothing throws.
+//
+// Every function catches whatever the C++ side could throw (std::bad_alloc, rust::Error) and
+// turns it into a status code: nothing unwinds into the caller, who may be C.
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
 #include <stdexcept>
 #include <string>
-#include <utility>
+#include <string_view>
 
+#include "c_api_common.h"
 #include "log_sink.h"
 #include "mooncake-kv-events/src/ffi.rs.h"
+#include "mooncake/kv_events_c.h"
 #include "rust/cxx.h"
-#include "status_json.h"
 
-namespace mooncake::kv_events {
+namespace bridge = mooncake::kv_events::bridge;
+using mooncake::kv_events::detail::malloc_copy;
+using mooncake::kv_events::detail::readable;
+
+struct kv_events_publisher {
+  rust::Box<bridge::RustPublisher> rust;  // a disabled Rust publisher when disabled
+  bool enabled;
+};
+
 namespace {
 
-const uint8_t* data(std::string_view s) noexcept {
-  return reinterpret_cast<const uint8_t*>(s.data());
+const uint8_t* bytes(const char* s) noexcept { return reinterpret_cast<const uint8_t*>(s); }
+
+// Copies `message` into the caller's buffer, NUL-terminated and truncated to fit.
+void report(char* error, size_t error_size, std::string_view message) noexcept {
+  if (error == nullptr || error_size == 0) return;
+  const size_t n = std::min(message.size(), error_size - 1);
+  std::memcpy(error, message.data(), n);
+  error[n] = '\0';
 }
 
-// The config strings are Rust Strings: refuse one that is not UTF-8, naming its flag.
-rust::String utf8(const std::string& value, const char* flag) {
+// A config string as a Rust String; one that is not UTF-8 is refused, naming its flag.
+rust::String utf8(const char* value, const char* flag) {
   try {
-    return rust::String(value);
+    return rust::String(value == nullptr ? "" : value);
   } catch (const std::invalid_argument&) {
     throw std::invalid_argument(std::string(flag) + " is not valid UTF-8");
   }
 }
 
-bridge::BridgeConfig to_bridge(const Config& c) {
+bridge::BridgeConfig to_bridge(const kv_events_config& c) {
   bridge::BridgeConfig b;
   b.enable_kv_events = c.enable_kv_events;
   b.bind_endpoint = utf8(c.bind_endpoint, "kv_events_bind_endpoint");
@@ -50,119 +70,157 @@ bridge::BridgeConfig to_bridge(const Config& c) {
   return b;
 }
 
+// The rust::Box of a created publisher, or the status code and message of why not.
+rust::Box<bridge::RustPublisher> create_rust(const kv_events_config& config, int& status) {
+  if (!config.enable_kv_events) return bridge::disabled_publisher();
+  status = KV_EVENTS_ERR_INVALID_CONFIG;
+  const bridge::BridgeConfig bridge_config = to_bridge(config);
+  bridge::validate_config(bridge_config);
+  status = KV_EVENTS_ERR_BIND;
+  return bridge::create_publisher(bridge_config);
+}
+
 }  // namespace
 
-void set_log_sink(std::function<void(LogLevel, std::string_view)> sink) {
-  if (!sink) {
+extern "C" {
+
+int kv_events_create(const kv_events_config* config, size_t config_size,
+                     kv_events_publisher** publisher, char* error, size_t error_size) {
+  report(error, error_size, "");
+  if (publisher == nullptr) {
+    report(error, error_size, "kv_events_create: publisher is NULL");
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  *publisher = nullptr;
+  if (config == nullptr) {
+    report(error, error_size, "kv_events_create: config is NULL");
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  const kv_events_config c = mooncake::kv_events::detail::config_of(config, config_size);
+  int status = KV_EVENTS_ERR_INTERNAL;
+  try {
+    rust::Box<bridge::RustPublisher> rust = create_rust(c, status);
+    status = KV_EVENTS_ERR_NO_MEMORY;
+    *publisher = new kv_events_publisher{std::move(rust), c.enable_kv_events};
+    return KV_EVENTS_OK;
+  } catch (const std::bad_alloc&) {
+    report(error, error_size, "out of memory");
+    return KV_EVENTS_ERR_NO_MEMORY;
+  } catch (const std::invalid_argument& e) {  // a config string that is not UTF-8
+    report(error, error_size, e.what());
+    return KV_EVENTS_ERR_INVALID_CONFIG;
+  } catch (const std::exception& e) {  // rust::Error of validate_config or create_publisher
+    report(error, error_size, e.what());
+    return status;
+  }
+}
+
+void kv_events_destroy(kv_events_publisher* publisher) {
+  // Dropping the Rust publisher shuts it down; Rust's drop does not unwind (panics abort).
+  delete publisher;
+}
+
+bool kv_events_enabled(const kv_events_publisher* publisher) {
+  return publisher != nullptr && publisher->enabled;
+}
+
+int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
+                              size_t tenant_id_len, const char* object_key,
+                              size_t object_key_len, const char* group_id, size_t group_id_len,
+                              uint8_t before, uint8_t after) {
+  if (publisher == nullptr || !readable(tenant_id, tenant_id_len) ||
+      !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  // The Rust side catches its own panics; these calls cannot throw.
+  publisher->rust->on_medium_delta(bytes(tenant_id), tenant_id_len, bytes(object_key),
+                                   object_key_len, bytes(group_id), group_id_len, before, after);
+  return KV_EVENTS_OK;
+}
+
+uint64_t kv_events_begin_remove_all(kv_events_publisher* publisher) {
+  return publisher == nullptr ? 0 : publisher->rust->begin_remove_all();
+}
+
+int kv_events_on_remove_all(kv_events_publisher* publisher, uint64_t scan, const char* tenant_id,
+                            size_t tenant_id_len, uint64_t objects_removed,
+                            uint64_t objects_skipped) {
+  if (publisher == nullptr || !readable(tenant_id, tenant_id_len)) {
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  publisher->rust->on_remove_all(scan, bytes(tenant_id), tenant_id_len, objects_removed,
+                                 objects_skipped);
+  return KV_EVENTS_OK;
+}
+
+int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* stats,
+                        size_t stats_size) {
+  if (publisher == nullptr || stats == nullptr) return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  const bridge::BridgeStats s = publisher->rust->stats();
+  kv_events_stats out{};
+  out.enabled = s.enabled;
+  out.published_batches = s.published_batches;
+  out.published_events = s.published_events;
+  out.dropped_events = s.dropped_events;
+  out.skipped_keyless_events = s.skipped_keyless_events;
+  out.cleared_suppressed = s.cleared_suppressed;
+  out.send_failures = s.send_failures;
+  out.queue_depth = s.queue_depth;
+  out.queue_capacity = s.queue_capacity;
+  out.last_sequence = s.last_sequence;
+  out.refused_handshakes = s.refused_handshakes;
+  std::memcpy(stats, &out, std::min(stats_size, sizeof out));
+  return KV_EVENTS_OK;
+}
+
+char* kv_events_status_json(const kv_events_publisher* publisher) {
+  if (publisher == nullptr) return nullptr;
+  try {
+    const rust::String rust_json = publisher->rust->status_json();
+    // The Rust side writes one JSON object of the stats; announce the build variant in it.
+    const std::string_view body(rust_json.data(), rust_json.size());
+    if (body.size() < 2 || body.front() != '{') return malloc_copy(body);
+    const char* separator = body.size() > 2 ? "," : "";
+    const std::string json_with_build =
+        "{\"built_with_kv_events\":true" + (separator + std::string(body.substr(1)));
+    return malloc_copy(json_with_build);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+char* kv_events_metrics_text(const kv_events_publisher* publisher) {
+  if (publisher == nullptr) return nullptr;
+  try {
+    const rust::String text = publisher->rust->metrics_text();
+    return malloc_copy(std::string_view(text.data(), text.size()));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+int kv_events_flush(kv_events_publisher* publisher, uint64_t timeout_ms) {
+  if (publisher == nullptr) return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  return publisher->rust->flush(timeout_ms) ? KV_EVENTS_OK : KV_EVENTS_ERR_NOT_FLUSHED;
+}
+
+void kv_events_shutdown(kv_events_publisher* publisher) {
+  if (publisher != nullptr) publisher->rust->shutdown();
+}
+
+int kv_events_set_log_sink(kv_events_log_fn sink, void* context, void (*release)(void* context)) {
+  if (sink == nullptr) {
     bridge::set_log_sink(nullptr);
-    return;
+    return KV_EVENTS_OK;
   }
-  bridge::set_log_sink(std::make_unique<bridge::LogSink>(
-      [sink = std::move(sink)](uint8_t level, std::string_view line) {
-        sink(static_cast<LogLevel>(level), line);
-      }));
-}
-
-struct Publisher::Impl {
-  explicit Impl(rust::Box<bridge::RustPublisher> p) noexcept : rust(std::move(p)) {}
-  rust::Box<bridge::RustPublisher> rust;  // dropping it shuts the publisher down
-};
-
-std::unique_ptr<Publisher> Publisher::create(const Config& config) {
-  if (!config.enable_kv_events) {
-    return std::unique_ptr<Publisher>(new Publisher(nullptr));
-  }
-  const bridge::BridgeConfig bridge_config = to_bridge(config);
   try {
-    bridge::validate_config(bridge_config);
-  } catch (const rust::Error& e) {
-    throw std::invalid_argument(e.what());
+    bridge::set_log_sink(std::make_unique<bridge::LogSink>(sink, context, release));
+    return KV_EVENTS_OK;
+  } catch (...) {
+    // The sink was not installed: its context is the caller's again, released as promised.
+    if (release != nullptr) release(context);
+    return KV_EVENTS_ERR_NO_MEMORY;
   }
-  std::unique_ptr<Impl> impl;
-  try {
-    impl = std::make_unique<Impl>(bridge::create_publisher(bridge_config));
-  } catch (const rust::Error& e) {
-    throw std::runtime_error(e.what());
-  }
-  return std::unique_ptr<Publisher>(new Publisher(std::move(impl)));
 }
 
-Publisher::Publisher(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
-
-Publisher::~Publisher() = default;
-
-bool Publisher::enabled() const noexcept { return impl_ != nullptr; }
-
-void Publisher::on_put_commit(std::string_view tenant_id, std::string_view object_key,
-                              std::string_view group_id, MediumSet media) noexcept {
-  if (!impl_) return;
-  // A commit is the delta from no medium: stored for every medium in `media`.
-  impl_->rust->on_medium_delta(data(tenant_id), tenant_id.size(), data(object_key),
-                               object_key.size(), data(group_id), group_id.size(),
-                               MediumSet().bits(), media.bits());
-}
-
-void Publisher::on_medium_delta(std::string_view tenant_id, std::string_view object_key,
-                                std::string_view group_id, MediumSet before,
-                                MediumSet after) noexcept {
-  if (!impl_) return;
-  impl_->rust->on_medium_delta(data(tenant_id), tenant_id.size(), data(object_key),
-                               object_key.size(), data(group_id), group_id.size(), before.bits(),
-                               after.bits());
-}
-
-RemoveAllScan Publisher::begin_remove_all() noexcept {
-  if (!impl_) return RemoveAllScan();
-  return RemoveAllScan(impl_->rust->begin_remove_all());
-}
-
-void Publisher::on_remove_all(const RemoveAllScan& scan, std::string_view tenant_id,
-                              uint64_t objects_removed, uint64_t objects_skipped) noexcept {
-  if (!impl_) return;
-  impl_->rust->on_remove_all(scan.id(), data(tenant_id), tenant_id.size(), objects_removed,
-                             objects_skipped);
-}
-
-Stats Publisher::stats() const noexcept {
-  if (!impl_) return Stats{};
-  const bridge::BridgeStats s = impl_->rust->stats();
-  Stats stats;
-  stats.enabled = s.enabled;
-  stats.published_batches = s.published_batches;
-  stats.published_events = s.published_events;
-  stats.dropped_events = s.dropped_events;
-  stats.skipped_keyless_events = s.skipped_keyless_events;
-  stats.cleared_suppressed = s.cleared_suppressed;
-  stats.send_failures = s.send_failures;
-  stats.queue_depth = s.queue_depth;
-  stats.queue_capacity = s.queue_capacity;
-  stats.last_sequence = s.last_sequence;
-  stats.refused_handshakes = s.refused_handshakes;
-  return stats;
-}
-
-std::string Publisher::status_json() const {
-  if (!impl_) return detail::status_json(Stats{}, /*built_with_kv_events=*/true);
-  const std::string json(impl_->rust->status_json());
-  // The Rust side writes one JSON object of the stats; announce the build variant in it.
-  if (json.size() < 2 || json.front() != '{') return json;
-  const char* separator = json.size() > 2 ? "," : "";
-  return "{\"built_with_kv_events\":true" + (separator + json.substr(1));
-}
-
-std::string Publisher::metrics_text() const {
-  if (!impl_) return detail::metrics_text_disabled();
-  return std::string(impl_->rust->metrics_text());
-}
-
-bool Publisher::flush(std::chrono::milliseconds timeout) noexcept {
-  if (!impl_) return true;
-  const auto ms = std::max<std::chrono::milliseconds::rep>(timeout.count(), 0);
-  return impl_->rust->flush(static_cast<uint64_t>(ms));
-}
-
-void Publisher::shutdown() noexcept {
-  if (impl_) impl_->rust->shutdown();
-}
-
-}  // namespace mooncake::kv_events
+}  // extern "C"

@@ -3,8 +3,11 @@
 #   cmake -DBUILD_DIR=<dir> -DPREFIX=<dir> -DVARIANT=ON|OFF -DREADELF=<readelf>
 #         -DLIBDIR=<libdir> -P check_install.cmake
 #
-# Both: the header is installed, and kv_events_installed_check (installed like a master, with
-# kv_events_install_rpath) runs from the prefix with no LD_LIBRARY_PATH.
+# Both: both headers, the CMake package (MooncakeKvEventsConfig.cmake, its version file and the
+# exported targets) and mooncake-kv-events.pc are installed, and kv_events_installed_check
+# (installed like a master, with kv_events_install_rpath) runs from the prefix with no
+# LD_LIBRARY_PATH. The prefix stays for the tests that consume it (ctypes, find_package,
+# pkg-config).
 # ON:  the library is installed as libmooncake_kv_events.so.0 and the versioned file it links
 #      to, its SONAME is libmooncake_kv_events.so.0, the installed program's RUNPATH names
 #      $ORIGIN/../<libdir> and not the build tree, and the library that answers is the real one.
@@ -28,16 +31,34 @@ if(NOT result EQUAL 0)
   message(FATAL_ERROR "cmake --install failed: ${out}${err}")
 endif()
 
-if(NOT EXISTS "${PREFIX}/include/mooncake/kv_events.h")
-  _fail("the header is not installed as include/mooncake/kv_events.h")
-endif()
+foreach(file
+    include/mooncake/kv_events.h
+    include/mooncake/kv_events_c.h
+    ${LIBDIR}/cmake/MooncakeKvEvents/MooncakeKvEventsConfig.cmake
+    ${LIBDIR}/cmake/MooncakeKvEvents/MooncakeKvEventsConfigVersion.cmake
+    ${LIBDIR}/cmake/MooncakeKvEvents/MooncakeKvEventsTargets.cmake
+    ${LIBDIR}/pkgconfig/mooncake-kv-events.pc)
+  if(NOT EXISTS "${PREFIX}/${file}")
+    _fail("${file} is not installed")
+  endif()
+endforeach()
+# Nothing installed may name the build or source tree: the package works from any prefix.
+file(GLOB_RECURSE package_files "${PREFIX}/${LIBDIR}/cmake/*" "${PREFIX}/${LIBDIR}/pkgconfig/*")
+get_filename_component(source_dir "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+foreach(file IN LISTS package_files)
+  file(READ "${file}" text)
+  if(text MATCHES "${source_dir}|${BUILD_DIR}")
+    _fail("${file} names the source or build tree")
+  endif()
+endforeach()
 
 set(program "${PREFIX}/bin/kv_events_installed_check")
 set(library "${PREFIX}/${LIBDIR}/libmooncake_kv_events.so.0")
 file(GLOB installed_libraries "${PREFIX}/${LIBDIR}/libmooncake_kv_events.so*")
 if(VARIANT STREQUAL "ON")
-  if(NOT EXISTS "${library}")
-    _fail("${LIBDIR}/libmooncake_kv_events.so.0 is not installed (found: ${installed_libraries})")
+  if(NOT EXISTS "${library}" OR NOT EXISTS "${PREFIX}/${LIBDIR}/libmooncake_kv_events.so")
+    _fail("${LIBDIR}/libmooncake_kv_events.so.0 or its link-time name is not installed "
+          "(found: ${installed_libraries})")
   else()
     execute_process(COMMAND "${READELF}" -d "${library}" OUTPUT_VARIABLE dynamic)
     if(NOT dynamic MATCHES "Library soname: \\[libmooncake_kv_events\\.so\\.0\\]")

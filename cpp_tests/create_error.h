@@ -15,7 +15,7 @@ namespace kv_events_test {
 template <typename E>
 std::string create_error(const mooncake::kv_events::Config& config) {
   try {
-    mooncake::kv_events::Publisher::create(config);
+    static_cast<void>(mooncake::kv_events::Publisher::create(config));
   } catch (const E& e) {
     return e.what();
   } catch (const std::exception& e) {

@@ -76,7 +76,7 @@ TEST(Stub, AnEnabledConfigIsReportedOnceAsAWarning) {
   kv::set_log_sink([&lines](kv::LogLevel level, std::string_view line) {
     lines.emplace_back(level, std::string(line));
   });
-  kv::Publisher::create(kv::Config{});
+  static_cast<void>(kv::Publisher::create(kv::Config{}));
   EXPECT_TRUE(lines.empty()) << "a disabled config is not worth a line";
 
   const auto publisher = kv::Publisher::create(enabled_config());

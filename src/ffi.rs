@@ -1,5 +1,6 @@
-//! The C++ face of the publisher: the `cxx` bridge declarations, then thin adapters that turn
-//! its plain types into the crate's own. Nothing here does the work.
+//! The way the library's C++ layer (`cpp/kv_events.cc`, which implements the exported C API of
+//! `include/mooncake/kv_events_c.h`) reaches the publisher: the `cxx` bridge declarations, then
+//! thin adapters that turn its plain types into the crate's own. Nothing here does the work.
 //!
 //! Strings cross as bytes, never `rust::Str`, so keys that are not UTF-8 reach the wire
 //! unchanged and nothing throws. The calls' strings cross as pointer and length rather than
@@ -55,7 +56,8 @@ mod bridge {
     unsafe extern "C++" {
         include!("cpp/log_sink.h");
 
-        /// The master's log sink (`cpp/log_sink.h`); thread-safe by the header's contract.
+        /// The master's log sink (`cpp/log_sink.h`); thread-safe by the C API's contract.
+        /// Dropping it hands its context back to the master.
         type LogSink;
         /// `level`: 0 debug, 1 info, 2 warning, 3 error.
         fn write(self: &LogSink, level: u8, message: &[u8]);
@@ -72,13 +74,16 @@ mod bridge {
         /// Creates a publisher from a valid config; fails when the endpoint cannot be bound
         /// (`std::runtime_error`).
         fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>>;
+        /// A publisher whose calls do nothing, for a disabled config.
+        fn disabled_publisher() -> Box<RustPublisher>;
 
         // Media sets cross as bits: 1 is cpu, 2 is disk.
 
         /// Also `on_put_commit`, as the delta from no medium.
         ///
         /// # Safety
-        /// Each pointer and length is a `std::string_view`'s `data()` and `size()`.
+        /// Each pointer and length is a string of the C API's caller: `len` readable bytes, or
+        /// any pointer with `len` 0.
         #[allow(clippy::too_many_arguments)]
         unsafe fn on_medium_delta(
             self: &RustPublisher,
@@ -148,8 +153,12 @@ fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>, CreateE
     Publisher::create(&Config::from(config)).map(|p| Box::new(RustPublisher(p)))
 }
 
-// SAFETY: the header requires the master's sink to be callable from any thread at once, and
-// `LogSink::write` is a const call on an immutable std::function.
+fn disabled_publisher() -> Box<RustPublisher> {
+    Box::new(RustPublisher(Publisher::disabled()))
+}
+
+// SAFETY: the C API requires the master's sink to be callable from any thread at once, and
+// `LogSink::write` is a const call of a function pointer with its context.
 unsafe impl Send for LogSink {}
 // SAFETY: as above.
 unsafe impl Sync for LogSink {}
@@ -177,7 +186,7 @@ fn contained(call: impl FnOnce()) {
     let _ = catch_unwind(AssertUnwindSafe(call));
 }
 
-/// The bytes of a `std::string_view` passed as `data()` and `size()`.
+/// The bytes of a C API string passed as pointer and length.
 ///
 /// # Safety
 /// Unless `len` is 0 (when `data` may be null), `data` points to `len` bytes that stay
@@ -203,7 +212,7 @@ impl RustPublisher {
         before: u8,
         after: u8,
     ) {
-        // SAFETY: the bridge's contract: string_views of the caller, alive during the call.
+        // SAFETY: the bridge's contract: strings of the caller, alive during the call.
         let (tenant, key, group) = unsafe {
             (
                 view(tenant, tenant_len),

@@ -6,8 +6,10 @@
 //! ZeroMQ PUB socket from its own thread, so that KV-aware routers and indexers can follow
 //! what the store holds. The wire format is written in `encode.rs`; SPEC.md is the contract.
 //!
-//! The C++ master links this crate through the `cxx` bridge in `ffi.rs` and the header
-//! `include/mooncake/kv_events.h`.
+//! The master links this crate as `libmooncake_kv_events.so`, whose only exports are the C API
+//! of `include/mooncake/kv_events_c.h` (C++ masters include its inline wrapper
+//! `include/mooncake/kv_events.h`); the C++ layer behind that API reaches Rust through the `cxx`
+//! bridge in `ffi.rs`.
 #![warn(
     missing_docs,
     missing_debug_implementations,

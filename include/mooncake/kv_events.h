@@ -6,6 +6,11 @@
 // socket from its own thread, for KV-aware routers and indexers. The wire format and the
 // rules are the project's SPEC.md (sections 3 and 5).
 //
+// This header is inline and header-only: a thin C++ face over the C API of
+// mooncake/kv_events_c.h, which is all the library exports. The master's C++ types (std::string,
+// std::function, exceptions) never cross into the library, so a master built with any C++
+// standard library or string ABI (-D_GLIBCXX_USE_CXX11_ABI=0 included) links it.
+//
 // Build variants (CMake option ENABLE_KV_EVENTS, see cmake/MooncakeKvEvents.cmake):
 //   ON   the calls reach the Rust publisher inside libmooncake_kv_events.so;
 //   OFF  a stub with the same API: every call does nothing, enabled() is false.
@@ -18,22 +23,23 @@
 //
 // Exceptions: only create() reports errors (std::invalid_argument, std::runtime_error).
 // Every other call is noexcept, or can throw only std::bad_alloc when it returns a
-// std::string (status_json()).
+// std::string (status_json(), metrics_text()) or installs a sink (set_log_sink()).
 
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
-// The library is compiled with hidden visibility; only what carries this macro is exported.
-#ifndef MOONCAKE_KV_EVENTS_API
-#define MOONCAKE_KV_EVENTS_API __attribute__((visibility("default")))
-#endif
+#include "mooncake/kv_events_c.h"
 
 namespace mooncake::kv_events {
 
@@ -55,8 +61,8 @@ constexpr Medium medium_of(ReplicaKind kind) noexcept {
 // Stored as a bitmask (kCpu = 1, kDisk = 2), the form it crosses into the library in.
 class MediumSet {
  public:
-  static constexpr uint8_t kCpuBit = 1;
-  static constexpr uint8_t kDiskBit = 2;
+  static constexpr uint8_t kCpuBit = KV_EVENTS_MEDIUM_CPU;
+  static constexpr uint8_t kDiskBit = KV_EVENTS_MEDIUM_DISK;
 
   constexpr MediumSet() noexcept = default;  // {}
   constexpr MediumSet(std::initializer_list<Medium> media) noexcept {
@@ -152,7 +158,12 @@ struct Stats {
 };
 
 // How much a log line matters.
-enum class LogLevel : uint8_t { kDebug, kInfo, kWarning, kError };
+enum class LogLevel : uint8_t {
+  kDebug = KV_EVENTS_LOG_DEBUG,
+  kInfo = KV_EVENTS_LOG_INFO,
+  kWarning = KV_EVENTS_LOG_WARNING,
+  kError = KV_EVENTS_LOG_ERROR,
+};
 
 // Where the library's log lines go: the effective configuration at start (info), the warning
 // that emit_object_key=false suppresses every stored/removed, send failures (at most one line
@@ -169,7 +180,25 @@ enum class LogLevel : uint8_t { kDebug, kInfo, kWarning, kError };
 //     LOG_IF(INFO, level <= LogLevel::kInfo) << line;
 //     LOG_IF(WARNING, level == LogLevel::kWarning) << line;
 //     LOG_IF(ERROR, level == LogLevel::kError) << line; });
-MOONCAKE_KV_EVENTS_API void set_log_sink(std::function<void(LogLevel, std::string_view)> sink);
+inline void set_log_sink(std::function<void(LogLevel, std::string_view)> sink) {
+  using Sink = std::function<void(LogLevel, std::string_view)>;
+  if (!sink) {
+    kv_events_set_log_sink(nullptr, nullptr, nullptr);
+    return;
+  }
+  // The library owns the copy from here on and releases it once it can no longer call it.
+  auto* owned = new Sink(std::move(sink));
+  kv_events_set_log_sink(
+      [](void* context, int level, const char* line, size_t line_len) {
+        // Nothing the master's sink throws may unwind into the library.
+        try {
+          (*static_cast<Sink*>(context))(static_cast<LogLevel>(level),
+                                         std::string_view(line, line_len));
+        } catch (...) {
+        }
+      },
+      owned, [](void* context) { delete static_cast<Sink*>(context); });
+}
 
 class Publisher;
 
@@ -208,7 +237,7 @@ class RemoveAllScan {
 // verbatim (msgpack `str`, or `bin` when not valid UTF-8; embedded NULs kept). An empty
 // `tenant_id` means "default"; an empty `group_id` is nil; an empty `object_key` suppresses
 // the call's `stored`/`removed` (counted in skipped_keyless_events).
-class MOONCAKE_KV_EVENTS_API Publisher {
+class Publisher {
  public:
   // Disabled config (enable_kv_events false) or stub build: a publisher whose calls do
   // nothing and return at once; the stub never throws here.
@@ -219,32 +248,41 @@ class MOONCAKE_KV_EVENTS_API Publisher {
   // without it, an address or ipc_mode is malformed (never quoting a key); and
   // std::runtime_error naming the endpoint and the reason when it cannot be bound
   // (unparsable, address in use, ...).
-  static std::unique_ptr<Publisher> create(const Config& config);
+  [[nodiscard]] static std::unique_ptr<Publisher> create(const Config& config);
 
   Publisher(const Publisher&) = delete;
   Publisher& operator=(const Publisher&) = delete;
 
   // Sends what is queued within a bounded linger (about a second) and joins the thread.
-  ~Publisher();
+  ~Publisher() { kv_events_destroy(handle_); }
 
   // Whether this publisher was created enabled: false for a disabled config and in the stub
   // build. It stays true after shutdown(), when calls are dropped and counted instead.
-  bool enabled() const noexcept;
+  bool enabled() const noexcept { return kv_events_enabled(handle_); }
 
   // A Put, BatchPut or Upsert committed: `stored` for every medium in `media`, cpu first,
   // even one already announced (the value may have been replaced). Empty `media`: nothing.
   void on_put_commit(std::string_view tenant_id, std::string_view object_key,
-                     std::string_view group_id, MediumSet media) noexcept;
+                     std::string_view group_id, MediumSet media) noexcept {
+    kv_events_on_put_commit(handle_, tenant_id.data(), tenant_id.size(), object_key.data(),
+                            object_key.size(), group_id.data(), group_id.size(), media.bits());
+  }
 
   // Any other mutation of an object's replicas. `before` is the media set captured before
   // the mutation, `after` the set after it. Emits `removed` for each medium in
   // before - after, then `stored` for each medium in after - before (cpu before disk within
   // each). Equal sets: nothing. A full removal is `after == {}`.
   void on_medium_delta(std::string_view tenant_id, std::string_view object_key,
-                       std::string_view group_id, MediumSet before, MediumSet after) noexcept;
+                       std::string_view group_id, MediumSet before, MediumSet after) noexcept {
+    kv_events_on_medium_delta(handle_, tenant_id.data(), tenant_id.size(), object_key.data(),
+                              object_key.size(), group_id.data(), group_id.size(), before.bits(),
+                              after.bits());
+  }
 
   // Takes the token of a RemoveAll that is about to start its loop. Emits nothing.
-  RemoveAllScan begin_remove_all() noexcept;
+  [[nodiscard]] RemoveAllScan begin_remove_all() noexcept {
+    return RemoveAllScan(kv_events_begin_remove_all(handle_));
+  }
 
   // The RemoveAll loop of `scan` finished for `tenant_id` (a global RemoveAll calls this once
   // per tenant it saw). Emits one `cleared` for (backend_id, tenant_id) only when
@@ -253,35 +291,121 @@ class MOONCAKE_KV_EVENTS_API Publisher {
   // reached the publisher since `scan` was taken. Otherwise nothing, counted in
   // stats().cleared_suppressed. Per-object `removed` events come from on_medium_delta.
   void on_remove_all(const RemoveAllScan& scan, std::string_view tenant_id,
-                     uint64_t objects_removed, uint64_t objects_skipped) noexcept;
+                     uint64_t objects_removed, uint64_t objects_skipped) noexcept {
+    kv_events_on_remove_all(handle_, scan.id(), tenant_id.data(), tenant_id.size(),
+                            objects_removed, objects_skipped);
+  }
 
   // The counters so far.
-  Stats stats() const noexcept;
+  Stats stats() const noexcept {
+    kv_events_stats s{};
+    kv_events_get_stats(handle_, &s, sizeof s);
+    Stats stats;
+    stats.enabled = s.enabled;
+    stats.published_batches = s.published_batches;
+    stats.published_events = s.published_events;
+    stats.dropped_events = s.dropped_events;
+    stats.skipped_keyless_events = s.skipped_keyless_events;
+    stats.cleared_suppressed = s.cleared_suppressed;
+    stats.send_failures = s.send_failures;
+    stats.queue_depth = s.queue_depth;
+    stats.queue_capacity = s.queue_capacity;
+    stats.last_sequence = s.last_sequence;
+    stats.refused_handshakes = s.refused_handshakes;
+    return stats;
+  }
 
   // stats() as one JSON object, plus "built_with_kv_events" (false in the stub build), for
   // the master's `GET /kv_events/status`.
-  std::string status_json() const;
+  std::string status_json() const { return take(kv_events_status_json(handle_)); }
 
   // stats() in the Prometheus text exposition format (0.0.4), every metric named
   // `mooncake_kv_events_*` with its HELP and TYPE lines, for the master to append to its
   // `/metrics` page. Counters end in `_total`.
-  std::string metrics_text() const;
+  std::string metrics_text() const { return take(kv_events_metrics_text(handle_)); }
 
   // Waits until everything queued before the call is handed to the socket: true if so within
   // `timeout`; false if the time ran out, queued events were dropped, or the publisher is
   // shut down. A disabled publisher has nothing to flush: true at once.
-  bool flush(std::chrono::milliseconds timeout) noexcept;
+  [[nodiscard]] bool flush(std::chrono::milliseconds timeout) noexcept {
+    const auto ms = std::max<std::chrono::milliseconds::rep>(timeout.count(), 0);
+    return kv_events_flush(handle_, static_cast<uint64_t>(ms)) == KV_EVENTS_OK;
+  }
 
   // Stops accepting calls, sends what is queued within the bounded linger and joins the
   // publishing thread. Calls made afterwards do nothing and are counted as dropped.
   // Idempotent; the destructor does the same.
-  void shutdown() noexcept;
+  void shutdown() noexcept { kv_events_shutdown(handle_); }
 
  private:
-  struct Impl;
-  explicit Publisher(std::unique_ptr<Impl> impl) noexcept;
+  explicit Publisher(kv_events_publisher* handle) noexcept : handle_(handle) {}
 
-  std::unique_ptr<Impl> impl_;  // null when disabled
+  // A string of kv_events_status_json() or kv_events_metrics_text(), freed; NULL means memory
+  // ran out (the handle is never NULL here).
+  static std::string take(char* text) {
+    if (text == nullptr) throw std::bad_alloc();
+    const std::unique_ptr<char, void (*)(char*)> owned(text, kv_events_string_free);
+    return std::string(text);
+  }
+
+  kv_events_publisher* handle_;  // never null: a disabled publisher has a handle too
 };
+
+inline std::unique_ptr<Publisher> Publisher::create(const Config& config) {
+  // The C config's strings are NUL-terminated: a NUL inside one would silently cut it short.
+  const std::pair<const std::string*, const char*> strings[] = {
+      {&config.bind_endpoint, "kv_events_bind_endpoint"},
+      {&config.backend_id, "kv_events_backend_id"},
+      {&config.model_name, "kv_events_model_name"},
+      {&config.additional_salt, "kv_events_additional_salt"},
+      {&config.lora_name, "kv_events_lora_name"},
+      {&config.curve_secret_key_file, "kv_events_curve_secret_key_file"},
+      {&config.curve_allow, "kv_events_curve_allow"},
+      {&config.null_allow_addresses, "kv_events_null_allow_addresses"},
+      {&config.ipc_mode, "kv_events_ipc_mode"},
+  };
+  if (config.enable_kv_events) {
+    for (const auto& [value, flag] : strings) {
+      if (value->find('\0') != std::string::npos) {
+        throw std::invalid_argument(std::string(flag) + " contains a NUL byte");
+      }
+    }
+  }
+  kv_events_config c;
+  kv_events_config_init(&c, sizeof c);
+  c.enable_kv_events = config.enable_kv_events;
+  c.bind_endpoint = config.bind_endpoint.c_str();
+  c.backend_id = config.backend_id.c_str();
+  c.model_name = config.model_name.c_str();
+  c.block_size = config.block_size;
+  c.additional_salt = config.additional_salt.c_str();
+  c.lora_name = config.lora_name.c_str();
+  c.dp_rank = config.dp_rank;
+  c.emit_object_key = config.emit_object_key;
+  c.emit_legacy_compat = config.emit_legacy_compat;
+  c.queue_capacity = config.queue_capacity;
+  c.curve_secret_key_file = config.curve_secret_key_file.c_str();
+  c.curve_allow = config.curve_allow.c_str();
+  c.null_allow_addresses = config.null_allow_addresses.c_str();
+  c.ipc_mode = config.ipc_mode.c_str();
+
+  kv_events_publisher* handle = nullptr;
+  char error[4096] = "";
+  switch (kv_events_create(&c, sizeof c, &handle, error, sizeof error)) {
+    case KV_EVENTS_OK:
+      break;
+    case KV_EVENTS_ERR_INVALID_CONFIG:
+      throw std::invalid_argument(error);
+    case KV_EVENTS_ERR_NO_MEMORY:
+      throw std::bad_alloc();
+    default:  // KV_EVENTS_ERR_BIND, or what the library could not foresee
+      throw std::runtime_error(error);
+  }
+  std::unique_ptr<kv_events_publisher, void (*)(kv_events_publisher*)> guard(handle,
+                                                                           kv_events_destroy);
+  std::unique_ptr<Publisher> publisher(new Publisher(handle));
+  guard.release();
+  return publisher;
+}
 
 }  // namespace mooncake::kv_events
