@@ -20,6 +20,11 @@ inline kv_events_config default_config() noexcept {
   c.emit_legacy_compat = true;
   c.queue_capacity = 65536;
   c.ipc_mode = "0660";
+  c.handshake_timeout_ms = 3000;
+  c.max_connections = 512;
+  c.max_connections_per_address = 64;
+  c.send_hwm = 10000;
+  c.replay_buffer_bytes = 64ull << 20;
   return c;
 }
 

@@ -67,6 +67,12 @@ bridge::BridgeConfig to_bridge(const kv_events_config& c) {
   b.curve_allow = utf8(c.curve_allow, "kv_events_curve_allow");
   b.null_allow_addresses = utf8(c.null_allow_addresses, "kv_events_null_allow_addresses");
   b.ipc_mode = utf8(c.ipc_mode, "kv_events_ipc_mode");
+  b.handshake_timeout_ms = c.handshake_timeout_ms;
+  b.max_connections = c.max_connections;
+  b.max_connections_per_address = c.max_connections_per_address;
+  b.send_hwm = c.send_hwm;
+  b.replay_endpoint = utf8(c.replay_endpoint, "kv_events_replay_endpoint");
+  b.replay_buffer_bytes = c.replay_buffer_bytes;
   return b;
 }
 
@@ -169,6 +175,17 @@ int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* s
   out.queue_capacity = s.queue_capacity;
   out.last_sequence = s.last_sequence;
   out.refused_handshakes = s.refused_handshakes;
+  out.incarnation = s.incarnation;
+  out.connections = s.connections;
+  out.connections_refused = s.connections_refused;
+  out.handshake_timeouts = s.handshake_timeouts;
+  out.subscriptions_refused = s.subscriptions_refused;
+  out.replay_requests = s.replay_requests;
+  out.replayed_messages = s.replayed_messages;
+  out.bad_requests = s.bad_requests;
+  out.replays_abandoned = s.replays_abandoned;
+  out.replay_buffer_bytes = s.replay_buffer_bytes;
+  out.replay_oldest_sequence = s.replay_oldest_sequence;
   std::memcpy(stats, &out, std::min(stats_size, sizeof out));
   return KV_EVENTS_OK;
 }

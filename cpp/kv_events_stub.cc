@@ -28,10 +28,10 @@ struct kv_events_publisher {
 
 namespace {
 
-// What a disabled Rust publisher reports, as the ON build gives it; tests/stub_texts.rs checks
+// What a disabled Rust publisher reports, as the ON build gives it; tests/c_api.rs checks
 // that these are exactly the real library's.
 constexpr char kStatusJson[] =
-    R"status({"built_with_kv_events":false,"enabled":false,"published_batches":0,"published_events":0,"dropped_events":0,"skipped_keyless_events":0,"cleared_suppressed":0,"send_failures":0,"queue_depth":0,"queue_capacity":0,"last_sequence":0,"refused_handshakes":0})status";
+    R"status({"built_with_kv_events":false,"enabled":false,"published_batches":0,"published_events":0,"dropped_events":0,"skipped_keyless_events":0,"cleared_suppressed":0,"send_failures":0,"queue_depth":0,"queue_capacity":0,"last_sequence":0,"refused_handshakes":0,"incarnation":0,"connections":0,"connections_refused":0,"handshake_timeouts":0,"subscriptions_refused":0,"replay_requests":0,"replayed_messages":0,"bad_requests":0,"replays_abandoned":0,"replay_buffer_bytes":0,"replay_oldest_sequence":0})status";
 constexpr char kMetricsText[] =
     R"metrics(# HELP mooncake_kv_events_enabled 1 when events are published, 0 when disabled.
 # TYPE mooncake_kv_events_enabled gauge
@@ -63,9 +63,42 @@ mooncake_kv_events_queue_capacity 0
 # HELP mooncake_kv_events_last_sequence Transport sequence of the last message sent.
 # TYPE mooncake_kv_events_last_sequence gauge
 mooncake_kv_events_last_sequence 0
-# HELP mooncake_kv_events_refused_handshakes_total Subscriber handshakes refused or failed (CURVE, allow-lists).
+# HELP mooncake_kv_events_refused_handshakes_total Subscriber handshakes refused: not on an allow-list, wrong mechanism, wrong CURVE key.
 # TYPE mooncake_kv_events_refused_handshakes_total counter
 mooncake_kv_events_refused_handshakes_total 0
+# HELP mooncake_kv_events_connections Connections the publisher's sockets hold now.
+# TYPE mooncake_kv_events_connections gauge
+mooncake_kv_events_connections 0
+# HELP mooncake_kv_events_connections_refused_total Connections closed at once: over a connection bound, or no descriptor to spare.
+# TYPE mooncake_kv_events_connections_refused_total counter
+mooncake_kv_events_connections_refused_total 0
+# HELP mooncake_kv_events_handshake_timeouts_total Connections closed because their handshake did not finish in time.
+# TYPE mooncake_kv_events_handshake_timeouts_total counter
+mooncake_kv_events_handshake_timeouts_total 0
+# HELP mooncake_kv_events_subscriptions_refused_total Subscriptions to a topic that can never match; the peer is disconnected.
+# TYPE mooncake_kv_events_subscriptions_refused_total counter
+mooncake_kv_events_subscriptions_refused_total 0
+# HELP mooncake_kv_events_replay_requests_total Requests the replay socket answered.
+# TYPE mooncake_kv_events_replay_requests_total counter
+mooncake_kv_events_replay_requests_total 0
+# HELP mooncake_kv_events_replayed_messages_total Messages sent again by the replay socket.
+# TYPE mooncake_kv_events_replayed_messages_total counter
+mooncake_kv_events_replayed_messages_total 0
+# HELP mooncake_kv_events_bad_requests_total Replay socket requests that could not be read, each answered with an error.
+# TYPE mooncake_kv_events_bad_requests_total counter
+mooncake_kv_events_bad_requests_total 0
+# HELP mooncake_kv_events_replays_abandoned_total Replays given up because the requester stopped reading.
+# TYPE mooncake_kv_events_replays_abandoned_total counter
+mooncake_kv_events_replays_abandoned_total 0
+# HELP mooncake_kv_events_replay_buffer_bytes Bytes of payloads the replay buffer holds.
+# TYPE mooncake_kv_events_replay_buffer_bytes gauge
+mooncake_kv_events_replay_buffer_bytes 0
+# HELP mooncake_kv_events_replay_oldest_sequence Oldest sequence a replay can send; 0 when the buffer is empty.
+# TYPE mooncake_kv_events_replay_oldest_sequence gauge
+mooncake_kv_events_replay_oldest_sequence 0
+# HELP mooncake_kv_events_incarnation_info The random id of this publisher's life, which changes at every restart or takeover, as the label incarnation.
+# TYPE mooncake_kv_events_incarnation_info gauge
+mooncake_kv_events_incarnation_info{incarnation="0"} 1
 )metrics";
 
 // The installed sink, guarded by sink_mutex; a NULL write is stderr.

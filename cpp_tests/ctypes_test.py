@@ -35,6 +35,12 @@ class Config(ctypes.Structure):
         ("curve_allow", ctypes.c_char_p),
         ("null_allow_addresses", ctypes.c_char_p),
         ("ipc_mode", ctypes.c_char_p),
+        ("handshake_timeout_ms", ctypes.c_uint32),
+        ("max_connections", ctypes.c_uint32),
+        ("max_connections_per_address", ctypes.c_uint32),
+        ("send_hwm", ctypes.c_uint32),
+        ("replay_endpoint", ctypes.c_char_p),
+        ("replay_buffer_bytes", ctypes.c_uint64),
     ]
 
 

@@ -189,8 +189,15 @@ impl Listeners {
         ours && unsafe { libc::shutdown(dup.as_raw_fd(), libc::SHUT_RDWR) } == 0
     }
 
-    /// Takes the connections queued on every listener and closes them; how many. For when
-    /// the process has no descriptor to give libzmq's accept.
+    /// Whether a connection waits on a listener.
+    fn any_queued(&self) -> bool {
+        let listeners = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        listeners.iter().any(|(fd, _)| readable(*fd))
+    }
+
+    /// Takes the connections queued on every listener and closes them, until none is left
+    /// or no descriptor is; how many. For when the process has no descriptor to give
+    /// libzmq's accept.
     fn refuse_queued(&self) -> usize {
         let listeners = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut refused = 0;
@@ -249,20 +256,25 @@ pub(crate) struct Connections {
     open: HashMap<RawFd, Open>,
     per_address: HashMap<IpAddr, u32>,
     /// Spent when the process has no descriptor left; see the module's doc.
-    reserve: Option<OwnedFd>,
+    reserve: Vec<OwnedFd>,
 }
+
+/// Descriptors kept in reserve for taking queued connections when the process has none.
+const RESERVE: usize = 4;
 
 /// A connection was refused: why, in words for the log.
 pub(crate) type Refusal = String;
 
 impl Connections {
     pub(crate) fn new(limits: Limits) -> Connections {
-        Connections {
+        let mut connections = Connections {
             limits,
             open: HashMap::new(),
             per_address: HashMap::new(),
-            reserve: open_reserve(),
-        }
+            reserve: Vec::new(),
+        };
+        connections.keep_reserve();
+        connections
     }
 
     /// How many connections are open now.
@@ -339,19 +351,30 @@ impl Connections {
         Some(open)
     }
 
-    /// libzmq could not accept for want of descriptors: spends the reserve to take the
-    /// queued connections off the listeners and close them; how many.
+    /// libzmq could not accept for want of descriptors: gives up the reserve, one
+    /// descriptor at a time, to take the queued connections off the listeners and close
+    /// them; how many. libzmq's I/O thread, which retries its accept meanwhile, may take a
+    /// freed descriptor first: hence more than one in reserve.
     pub(crate) fn out_of_descriptors(&mut self, listeners: &Listeners) -> usize {
-        drop(self.reserve.take());
-        let refused = listeners.refuse_queued();
-        self.reserve = open_reserve();
+        let mut refused = 0;
+        while listeners.any_queued() {
+            let Some(spare) = self.reserve.pop() else {
+                break;
+            };
+            drop(spare);
+            refused += listeners.refuse_queued();
+        }
+        self.keep_reserve();
         refused
     }
 
-    /// Takes the reserve again if an earlier attempt found no descriptor for it.
+    /// Takes the reserve again, as far as the process has descriptors for it.
     pub(crate) fn keep_reserve(&mut self) {
-        if self.reserve.is_none() {
-            self.reserve = open_reserve();
+        while self.reserve.len() < RESERVE {
+            match open_reserve() {
+                Some(fd) => self.reserve.push(fd),
+                None => break,
+            }
         }
     }
 }
@@ -453,7 +476,7 @@ mod tests {
             .collect();
         let mut table = Connections::new(Limits::new(16, 16, 3000).0);
         assert_eq!(table.out_of_descriptors(&listeners), 3);
-        assert!(table.reserve.is_some());
+        assert_eq!(table.reserve.len(), RESERVE);
         drop(clients);
     }
 }

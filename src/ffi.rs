@@ -35,6 +35,12 @@ mod bridge {
         curve_allow: String,
         null_allow_addresses: String,
         ipc_mode: String,
+        handshake_timeout_ms: u32,
+        max_connections: u32,
+        max_connections_per_address: u32,
+        send_hwm: u32,
+        replay_endpoint: String,
+        replay_buffer_bytes: u64,
     }
 
     /// `crate::Stats`, field for field.
@@ -51,6 +57,17 @@ mod bridge {
         queue_capacity: u64,
         last_sequence: u64,
         refused_handshakes: u64,
+        incarnation: u64,
+        connections: u64,
+        connections_refused: u64,
+        handshake_timeouts: u64,
+        subscriptions_refused: u64,
+        replay_requests: u64,
+        replayed_messages: u64,
+        bad_requests: u64,
+        replays_abandoned: u64,
+        replay_buffer_bytes: u64,
+        replay_oldest_sequence: u64,
     }
 
     unsafe extern "C++" {
@@ -140,7 +157,12 @@ impl From<&BridgeConfig> for Config {
             curve_allow: c.curve_allow.clone(),
             null_allow_addresses: c.null_allow_addresses.clone(),
             ipc_mode: c.ipc_mode.clone(),
-            ..Config::default()
+            handshake_timeout_ms: c.handshake_timeout_ms,
+            max_connections: c.max_connections,
+            max_connections_per_address: c.max_connections_per_address,
+            send_hwm: c.send_hwm,
+            replay_endpoint: c.replay_endpoint.clone(),
+            replay_buffer_bytes: c.replay_buffer_bytes,
         }
     }
 }
@@ -259,6 +281,17 @@ impl RustPublisher {
             queue_capacity: s.queue_capacity,
             last_sequence: s.last_sequence,
             refused_handshakes: s.refused_handshakes,
+            incarnation: s.incarnation,
+            connections: s.connections,
+            connections_refused: s.connections_refused,
+            handshake_timeouts: s.handshake_timeouts,
+            subscriptions_refused: s.subscriptions_refused,
+            replay_requests: s.replay_requests,
+            replayed_messages: s.replayed_messages,
+            bad_requests: s.bad_requests,
+            replays_abandoned: s.replays_abandoned,
+            replay_buffer_bytes: s.replay_buffer_bytes,
+            replay_oldest_sequence: s.replay_oldest_sequence,
         }
     }
 

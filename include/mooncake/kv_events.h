@@ -136,6 +136,18 @@ struct Config {
   std::string null_allow_addresses;
   // The octal mode of an ipc:// socket file; the default lets the owner and group connect.
   std::string ipc_mode = "0660";
+  // Hostile peers (docs/security.md): a connection whose handshake has not finished after
+  // this many milliseconds is closed; 100 to 600000.
+  uint32_t handshake_timeout_ms = 3000;
+  // Connections held at once, in all and per peer address; one more is closed at once.
+  uint32_t max_connections = 512;
+  uint32_t max_connections_per_address = 64;
+  // Messages held for a subscriber that has not read them; past it, it loses messages.
+  uint32_t send_hwm = 10000;
+  // A ROUTER endpoint that answers info and replays recent messages; empty: off.
+  std::string replay_endpoint;
+  // Bytes of recently sent payloads kept for replay.
+  uint64_t replay_buffer_bytes = 67108864;
 };
 
 // A snapshot of the publisher's counters; all zero and `enabled == false` when disabled.
@@ -153,8 +165,19 @@ struct Stats {
   uint64_t queue_depth = 0;           // calls whose events wait in the queue now
   uint64_t queue_capacity = 0;        // calls the queue holds before dropping the oldest
   uint64_t last_sequence = 0;         // transport sequence of the last message, 0 before any
-  uint64_t refused_handshakes = 0;    // subscriber handshakes refused or failed (CURVE,
-                                      // allow-lists), one per attempt
+  uint64_t refused_handshakes = 0;    // subscriber handshakes refused (allow-lists, CURVE),
+                                      // one per attempt
+  uint64_t incarnation = 0;           // random id of this publisher's life; a restart shows a new one
+  uint64_t connections = 0;           // connections the sockets hold now
+  uint64_t connections_refused = 0;   // closed at once: over a bound, or no descriptor left
+  uint64_t handshake_timeouts = 0;    // closed: no handshake within handshake_timeout_ms
+  uint64_t subscriptions_refused = 0; // subscriptions to a topic but the empty one; peer cut
+  uint64_t replay_requests = 0;       // requests the replay socket answered
+  uint64_t replayed_messages = 0;     // messages the replay socket sent again
+  uint64_t bad_requests = 0;          // replay requests that could not be read
+  uint64_t replays_abandoned = 0;     // replays given up: the requester stopped reading
+  uint64_t replay_buffer_bytes = 0;   // bytes of payloads the replay buffer holds
+  uint64_t replay_oldest_sequence = 0; // oldest sequence a replay can send, 0 when none
 };
 
 // How much a log line matters.
@@ -312,6 +335,17 @@ class Publisher {
     stats.queue_capacity = s.queue_capacity;
     stats.last_sequence = s.last_sequence;
     stats.refused_handshakes = s.refused_handshakes;
+    stats.incarnation = s.incarnation;
+    stats.connections = s.connections;
+    stats.connections_refused = s.connections_refused;
+    stats.handshake_timeouts = s.handshake_timeouts;
+    stats.subscriptions_refused = s.subscriptions_refused;
+    stats.replay_requests = s.replay_requests;
+    stats.replayed_messages = s.replayed_messages;
+    stats.bad_requests = s.bad_requests;
+    stats.replays_abandoned = s.replays_abandoned;
+    stats.replay_buffer_bytes = s.replay_buffer_bytes;
+    stats.replay_oldest_sequence = s.replay_oldest_sequence;
     return stats;
   }
 
@@ -363,6 +397,7 @@ inline std::unique_ptr<Publisher> Publisher::create(const Config& config) {
       {&config.curve_allow, "kv_events_curve_allow"},
       {&config.null_allow_addresses, "kv_events_null_allow_addresses"},
       {&config.ipc_mode, "kv_events_ipc_mode"},
+      {&config.replay_endpoint, "kv_events_replay_endpoint"},
   };
   if (config.enable_kv_events) {
     for (const auto& [value, flag] : strings) {
@@ -388,6 +423,12 @@ inline std::unique_ptr<Publisher> Publisher::create(const Config& config) {
   c.curve_allow = config.curve_allow.c_str();
   c.null_allow_addresses = config.null_allow_addresses.c_str();
   c.ipc_mode = config.ipc_mode.c_str();
+  c.handshake_timeout_ms = config.handshake_timeout_ms;
+  c.max_connections = config.max_connections;
+  c.max_connections_per_address = config.max_connections_per_address;
+  c.send_hwm = config.send_hwm;
+  c.replay_endpoint = config.replay_endpoint.c_str();
+  c.replay_buffer_bytes = config.replay_buffer_bytes;
 
   kv_events_publisher* handle = nullptr;
   char error[4096] = "";

@@ -103,6 +103,12 @@ typedef struct kv_events_config {
   const char* curve_allow;       /* a subscriber's .pub file or a directory of them */
   const char* null_allow_addresses; /* comma-separated IP addresses that may connect */
   const char* ipc_mode;          /* default "0660": the octal mode of an ipc:// socket file */
+  uint32_t handshake_timeout_ms; /* default 3000: a connection not handshaken by then is closed */
+  uint32_t max_connections;      /* default 512: connections held at once; more are refused */
+  uint32_t max_connections_per_address; /* default 64: connections one peer address may hold */
+  uint32_t send_hwm;             /* default 10000: messages held for a subscriber not reading */
+  const char* replay_endpoint;   /* ROUTER endpoint for info and replay; "" (default): off */
+  uint64_t replay_buffer_bytes;  /* default 67108864: bytes of sent payloads kept for replay */
 } kv_events_config;
 
 /* Fills the first `config_size` bytes of *config with the defaults (those of the table above);
@@ -169,7 +175,18 @@ typedef struct kv_events_stats {
   uint64_t queue_depth;            /* calls whose events wait in the queue now */
   uint64_t queue_capacity;         /* calls the queue holds before dropping the oldest */
   uint64_t last_sequence;          /* transport sequence of the last message, 0 before any */
-  uint64_t refused_handshakes;     /* subscriber handshakes refused or failed */
+  uint64_t refused_handshakes;     /* subscriber handshakes refused: allow-list, CURVE */
+  uint64_t incarnation;             /* random id of this publisher's life; a restart shows a new one */
+  uint64_t connections;             /* connections the sockets hold now */
+  uint64_t connections_refused;     /* closed at once: over a bound, or no descriptor left */
+  uint64_t handshake_timeouts;      /* closed: no handshake within handshake_timeout_ms */
+  uint64_t subscriptions_refused;   /* subscriptions to a topic but the empty one; peer cut */
+  uint64_t replay_requests;         /* requests the replay socket answered */
+  uint64_t replayed_messages;       /* messages the replay socket sent again */
+  uint64_t bad_requests;            /* replay requests that could not be read */
+  uint64_t replays_abandoned;       /* replays given up: the requester stopped reading */
+  uint64_t replay_buffer_bytes;     /* bytes of payloads the replay buffer holds */
+  uint64_t replay_oldest_sequence;  /* oldest sequence a replay can send, 0 when none */
 } kv_events_stats;
 
 /* Writes the counters into the first `stats_size` bytes of *stats (sizeof(kv_events_stats)). */
