@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Each attack of scripts/attack.py against the publisher of `kv-events demo`, once per
+# binary given, in one run, so that builds compare on the same machine at the same moment:
+#
+#   scripts/hostile.sh target/release/kv-events [OTHER_KV_EVENTS ...]
+#
+# Prints one JSON line per attack and binary (the attack's report, with the binary, the demo's
+# exit status and what it said of its watcher's stream). Loopback only; every attack is
+# bounded in connections and time.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+python=${PYTHON:-/usr/bin/python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# run BINARY NAME DEMO_ARGS -- ATTACK_ARGS: starts the demo, attacks it, waits for it.
+run() {
+  local bin=$1 name=$2
+  shift 2
+  local demo_args=() attack_args=()
+  while [ "$1" != -- ]; do demo_args+=("$1"); shift; done
+  shift
+  attack_args=("$@")
+  local endpoint="tcp://127.0.0.1:$(free_port)"
+  "$bin" demo --endpoint "$endpoint" --show 0 "${demo_args[@]}" >"$work/demo.out" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do
+    "$python" -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 1)" \
+      "${endpoint##*:}" 2>/dev/null && break
+    sleep 0.1
+  done
+  local report
+  report=$("$python" -B "$here/attack.py" "${attack_args[@]}" --endpoint "$endpoint" --pid "$pid")
+  local status=0
+  wait "$pid" || status=$?
+  local verdict
+  verdict=$(grep -E '^OK:|watcher saw|sequence gaps|kv-events: ' "$work/demo.out" | head -3 | tr '\n' ' ' | sed 's/"/\\"/g')
+  echo "{\"binary\": \"$bin\", \"attack\": \"$name\", \"demo_exit\": $status, \"demo_said\": \"$verdict\", \"report\": $report}"
+}
+
+keys() {
+  (cd "$work" && "$1" keygen server >/dev/null && "$1" keygen nobody >/dev/null) 2>/dev/null || true
+}
+
+for bin in "$@"; do
+  rm -f "$work"/server.* "$work"/nobody.*
+  keys "$bin"
+  run "$bin" idle --objects 1 --wait 12 -- idle --count 300 --hold 4.5
+  run "$bin" garbage --objects 1 --wait 40 -- garbage --count 8000 --hold 3
+  run "$bin" subscribe --objects 1 --wait 60 -- subscribe --count 50 --prefixes 1000 --rounds 6 --hold 3
+  run "$bin" curve-flood --objects 100000 --wait 2 --curve-secret-key "$work/server.key" \
+    --curve-allow "$work/nobody.pub" -- curve-flood --count 1000 --server-key "$work/server.pub" --hold 0.5
+  run "$bin" nonreaders --objects 100000 --wait 3 -- nonreaders --count 60 --hold 15
+done
