@@ -54,10 +54,16 @@ class Watch:
     def __init__(self, pid):
         self.pid = pid
         self.before = sample(pid)
+        self.last = self.before
         self.peak = dict(self.before)
 
     def tick(self):
-        now = sample(self.pid)
+        try:
+            now = sample(self.pid)
+        except (FileNotFoundError, KeyError, ProcessLookupError):
+            # The target ended (its workload done): what it was last is what counts.
+            return self.last
+        self.last = now
         for key in ("fds", "rss_kib"):
             self.peak[key] = max(self.peak[key], now[key])
         return now
@@ -157,8 +163,11 @@ def subscribe(args, watch):
 def curve_flood(args, watch):
     if not args.server_key:
         sys.exit("attack.py: curve-flood needs --server-key (the publisher's .pub file)")
+    # The certificate format kv-events keygen writes: public-key = "Z85".
     with open(args.server_key) as f:
-        server_key = next(l.strip() for l in f if l.strip() and not l.startswith("#")).encode()
+        server_key = next(
+            l.split("=", 1)[1].strip().strip('"') for l in f if l.strip().startswith("public-key")
+        ).encode()
     context = zmq.Context()
     started = time.monotonic()
     for i in range(args.count):

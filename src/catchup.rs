@@ -82,10 +82,16 @@ impl ReplayClient {
         }
     }
 
-    /// The retained messages with sequence at least `from`, in order, as batches whose
-    /// continuity is not yet known ([`Continuity::Next`]); what the publisher no longer
-    /// holds is absent.
-    pub fn replay(&mut self, from: u64, timeout: Duration) -> Result<Vec<Batch>, WatchError> {
+    /// The retained messages with sequence at least `from` and below `until`, in order, as
+    /// batches whose continuity is not yet known ([`Continuity::Next`]); what the publisher
+    /// no longer holds is absent. The publisher sends everything from `from` on: the rest is
+    /// read to the end of the replay and left undecoded.
+    pub fn replay(
+        &mut self,
+        from: u64,
+        until: u64,
+        timeout: Duration,
+    ) -> Result<Vec<Batch>, WatchError> {
         self.send(&[b"", &from.to_be_bytes()])?;
         let deadline = Instant::now() + timeout;
         let mut batches = Vec::new();
@@ -98,6 +104,7 @@ impl ReplayClient {
                     }
                     return Ok(batches);
                 }
+                [_, sequence, _] if sequence.len() == 8 && !below(sequence, until) => {}
                 [_, sequence, payload] if sequence.len() == 8 => {
                     let (sequence, timestamp_ms, events, dp_rank) =
                         decode_message(&[&[][..], sequence.as_slice(), payload.as_slice()])?;
@@ -154,6 +161,11 @@ impl ReplayClient {
     }
 }
 
+/// Whether an 8-byte big-endian sequence frame is below `until`.
+fn below(frame: &[u8], until: u64) -> bool {
+    <[u8; 8]>::try_from(frame).is_ok_and(|b| u64::from_be_bytes(b) < until)
+}
+
 /// Decodes an `info` map; unknown keys are ignored, missing ones stay at their default.
 fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
     let malformed = |why: &str| WatchError::Replay(format!("an info reply {why}"));
@@ -204,10 +216,8 @@ impl Catchup {
         let mut failure = None;
         let gap = self.last.filter(|last| batch.sequence > last + 1);
         if let Some(last) = gap {
-            match self.client.replay(last + 1, ASK_TIMEOUT) {
-                Ok(replayed) => {
-                    batches.extend(replayed.into_iter().filter(|b| b.sequence < batch.sequence))
-                }
+            match self.client.replay(last + 1, batch.sequence, ASK_TIMEOUT) {
+                Ok(replayed) => batches.extend(replayed),
                 Err(e) => failure = Some(e),
             }
         }
@@ -226,12 +236,9 @@ impl Catchup {
         if info.last_sequence <= last {
             return Ok((Vec::new(), 0));
         }
-        let replayed: Vec<Batch> = self
+        let replayed = self
             .client
-            .replay(last + 1, ASK_TIMEOUT)?
-            .into_iter()
-            .filter(|b| b.sequence <= info.last_sequence)
-            .collect();
+            .replay(last + 1, info.last_sequence + 1, ASK_TIMEOUT)?;
         let batches = self.sequence(replayed);
         let reached = self.last.unwrap_or(last);
         self.last = Some(info.last_sequence);

@@ -171,7 +171,7 @@ impl Listeners {
         // or duplicate some other open file, which the check below then leaves alone.
         let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
         if dup < 0 {
-            return false;
+            return self.cut_without_a_descriptor(fd);
         }
         // SAFETY: `dup` was just created and is owned here alone.
         let dup = unsafe { OwnedFd::from_raw_fd(dup) };
@@ -187,6 +187,28 @@ impl Listeners {
         // SAFETY: shutdown on a descriptor this function owns; libzmq's own descriptor for
         // the same connection then reads end-of-file and closes.
         ours && unsafe { libc::shutdown(dup.as_raw_fd(), libc::SHUT_RDWR) } == 0
+    }
+
+    /// [`Listeners::cut`] when the process has no descriptor left for the duplicate: the
+    /// connection is shut down under its own number, if its local address is a listener's.
+    /// Only a connection one of the listeners accepted has that address, so nothing of the
+    /// master's can be cut; the number could only be reused between the check and the
+    /// shutdown, two system calls apart, and then by another of the publisher's connections.
+    fn cut_without_a_descriptor(&self, fd: RawFd) -> bool {
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        if !matches!(errno, Some(libc::EMFILE | libc::ENFILE)) {
+            return false;
+        }
+        let ours = Name::of(fd, false).is_some_and(|local| {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .any(|(_, listener)| local.accepted_by(listener))
+        });
+        // SAFETY: shutdown of a connection one of the listeners accepted (checked above);
+        // libzmq then reads end-of-file on it and closes it.
+        ours && unsafe { libc::shutdown(fd, libc::SHUT_RDWR) } == 0
     }
 
     /// Whether a connection waits on a listener.
@@ -257,7 +279,13 @@ pub(crate) struct Connections {
     per_address: HashMap<IpAddr, u32>,
     /// Spent when the process has no descriptor left; see the module's doc.
     reserve: Vec<OwnedFd>,
+    /// When libzmq last failed to accept for want of a descriptor.
+    exhausted_at: Option<Instant>,
 }
+
+/// How long after libzmq failed to accept for want of a descriptor every connection it
+/// accepts is cut: those took a descriptor the reserve gave up for draining the listeners.
+const EXHAUSTION_LASTS: Duration = Duration::from_secs(1);
 
 /// Descriptors kept in reserve for taking queued connections when the process has none.
 const RESERVE: usize = 4;
@@ -272,6 +300,7 @@ impl Connections {
             open: HashMap::new(),
             per_address: HashMap::new(),
             reserve: Vec::new(),
+            exhausted_at: None,
         };
         connections.keep_reserve();
         connections
@@ -297,7 +326,12 @@ impl Connections {
         // A number reused before its disconnection was seen: the older connection is gone.
         self.forget(fd);
         let from_address = address.map_or(0, |a| self.per_address.get(&a).copied().unwrap_or(0));
-        let refusal = if self.open.len() >= self.limits.total as usize {
+        let exhausted = self
+            .exhausted_at
+            .is_some_and(|at| at.elapsed() < EXHAUSTION_LASTS);
+        let refusal = if exhausted {
+            Some("the process has no descriptor to spare".to_owned())
+        } else if self.open.len() >= self.limits.total as usize {
             Some(format!(
                 "the publisher holds {} connections, kv_events_max_connections",
                 self.limits.total
@@ -356,6 +390,9 @@ impl Connections {
     /// them; how many. libzmq's I/O thread, which retries its accept meanwhile, may take a
     /// freed descriptor first: hence more than one in reserve.
     pub(crate) fn out_of_descriptors(&mut self, listeners: &Listeners) -> usize {
+        // libzmq's retries may have won some of the descriptors given up: the connections
+        // it accepts meanwhile are cut as soon as they are seen.
+        self.exhausted_at = Some(Instant::now());
         let mut refused = 0;
         while listeners.any_queued() {
             let Some(spare) = self.reserve.pop() else {
@@ -400,7 +437,6 @@ fn open_reserve() -> Option<OwnedFd> {
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
-    use std::os::fd::AsRawFd as _;
 
     #[test]
     fn the_bound_never_exceeds_half_the_descriptor_limit() {

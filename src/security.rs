@@ -28,10 +28,9 @@ const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
 const POLL: Duration = Duration::from_millis(100);
 /// At most one line about refused peers per this long, with the count of the others.
 const LOG_EVERY: Duration = Duration::from_secs(10);
-/// The largest message a subscriber may send: a subscription to the stream's one topic is
-/// 1 byte (10 as a ZMTP 3.1 command). A larger one ends its connection (libzmq's
-/// ZMQ_MAXMSGSIZE) before any of it is kept, so no long topic ever reaches the socket's
-/// subscription trie.
+/// The largest message a subscriber may send, the handshake's commands included (a CURVE
+/// INITIATE is about 300 bytes). A subscription to the stream's one topic is 1 byte; a larger
+/// message ends its connection (libzmq's ZMQ_MAXMSGSIZE) before any of it is kept.
 pub(crate) const MAX_SUBSCRIPTION_BYTES: i64 = 512;
 /// The largest frame a peer of the replay socket may send: requests are a few bytes and a
 /// tenant id.

@@ -16,10 +16,19 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 const PYTHON: &str = "/usr/bin/python3";
 const CPU: MediumSet = MediumSet::EMPTY.with(Medium::Cpu);
+
+/// The attacks measure a process's descriptors, memory and CPU time, and its watcher must
+/// keep up: one at a time, so that they do not measure each other.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// A `kv-events demo` that keeps its publisher up `wait` seconds before its workload of
 /// `objects`, on a fresh loopback port.
@@ -112,6 +121,7 @@ fn kib(report: &Value, at: &str, what: &str) -> i64 {
 
 #[test]
 fn idle_connections_are_refused_past_the_bounds_and_closed_at_the_handshake_timeout() {
+    let _serial = one_at_a_time();
     let demo = Demo::start(1, 20, &[]);
     // 150 connections from one address that send nothing: the 64 that address may hold
     // wait for the 3 s handshake timeout, the others are closed at once.
@@ -124,7 +134,7 @@ fn idle_connections_are_refused_past_the_bounds_and_closed_at_the_handshake_time
         "all closed by the timeout: {report}"
     );
     assert!(
-        kib(&report, "peak", "fds") <= kib(&report, "before", "fds") + 64 + 8,
+        report["fds_after_0_5_s"].as_i64().unwrap() <= kib(&report, "before", "fds") + 64 + 2,
         "the publisher held at most the per-address bound: {report}"
     );
     assert!(
@@ -136,6 +146,7 @@ fn idle_connections_are_refused_past_the_bounds_and_closed_at_the_handshake_time
 
 #[test]
 fn a_flood_of_random_bytes_leaves_descriptors_and_memory_where_they_were() {
+    let _serial = one_at_a_time();
     let demo = Demo::start(1, 30, &[]);
     let report = demo.attack("garbage", &["--count", "2000", "--hold", "3"]);
     assert_eq!(report["connections_sent_1_kib"], 2000, "{report}");
@@ -154,8 +165,9 @@ fn a_flood_of_random_bytes_leaves_descriptors_and_memory_where_they_were() {
 
 #[test]
 fn a_subscription_flood_is_refused_and_leaves_memory_where_it_was() {
+    let _serial = one_at_a_time();
     // The workload is small; the publisher stays up after it for the flood.
-    let demo = Demo::start(10, 0, &["--linger", "14"]);
+    let demo = Demo::start(10, 1, &["--linger", "14"]);
     let report = demo.attack(
         "subscribe",
         &[
@@ -191,6 +203,7 @@ fn a_subscription_flood_is_refused_and_leaves_memory_where_it_was() {
 
 #[test]
 fn a_curve_handshake_flood_leaves_the_admitted_subscriber_its_whole_stream() {
+    let _serial = one_at_a_time();
     let dir = TempDir::new("hostile-curve");
     let keygen = Command::new(env!("CARGO_BIN_EXE_kv-events"))
         .current_dir(&dir.0)
@@ -237,7 +250,8 @@ fn a_curve_handshake_flood_leaves_the_admitted_subscriber_its_whole_stream() {
 
 #[test]
 fn subscribers_that_never_read_cost_the_reader_nothing() {
-    let demo = Demo::start(50_000, 4, &[]);
+    let _serial = one_at_a_time();
+    let demo = Demo::start(20_000, 4, &[]);
     let report = demo.attack("nonreaders", &["--count", "40", "--hold", "12"]);
     assert_eq!(report["subscribers"], 40, "{report}");
     let (ok, out, err) = demo.finish();
@@ -257,6 +271,9 @@ fn replaying(send_hwm: u32, replay_buffer_bytes: u64) -> (Publisher, String, Str
         replay_buffer_bytes,
         backend_id: "store-a".into(),
         send_hwm,
+        // Room for the whole burst: events dropped before encoding were never sent, and no
+        // replay has them.
+        queue_capacity: 1 << 18,
         ..Config::default()
     })
     .expect("the publisher binds");
@@ -311,6 +328,7 @@ fn burst(publisher: &Publisher, calls: usize) -> u64 {
 
 #[test]
 fn a_burst_lost_at_the_socket_is_filled_by_replay_up_to_its_last_message() {
+    let _serial = one_at_a_time();
     let (publisher, endpoint, replay) = replaying(4, 64 << 20);
     let mut subscriber = small_subscriber(&endpoint);
     let mut catchup = Catchup::new(ReplayClient::connect(&replay, None).unwrap());
@@ -332,6 +350,7 @@ fn a_burst_lost_at_the_socket_is_filled_by_replay_up_to_its_last_message() {
 
 #[test]
 fn a_loss_at_the_end_of_a_burst_that_replay_cannot_fill_is_reported() {
+    let _serial = one_at_a_time();
     let (publisher, endpoint, replay) = replaying(4, 0);
     let mut subscriber = small_subscriber(&endpoint);
     let mut catchup = Catchup::new(ReplayClient::connect(&replay, None).unwrap());
@@ -401,6 +420,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 
 #[test]
 fn out_of_descriptors_the_publisher_refuses_connections_and_does_not_spin() {
+    let _serial = one_at_a_time();
     let endpoint = tcp_endpoint();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
