@@ -113,10 +113,31 @@ fn stat(out: &str, label: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {label} in the demo's output:\n{out}"))
 }
 
-fn kib(report: &Value, at: &str, what: &str) -> i64 {
+fn measured(report: &Value, at: &str, what: &str) -> i64 {
     report[at][what]
         .as_i64()
         .unwrap_or_else(|| panic!("{at}.{what} in {report}"))
+}
+
+/// The attack left the publisher's descriptors where they were.
+fn assert_descriptors_given_back(report: &Value) {
+    assert!(
+        measured(report, "after", "fds") <= measured(report, "before", "fds") + 2,
+        "descriptors given back: {report}"
+    );
+}
+
+/// The attack grew the publisher's resident memory by less than `peak_kib` at any time, and
+/// left it within `kept_kib` of where it was.
+fn assert_memory_bounded(report: &Value, peak_kib: i64, kept_kib: i64) {
+    let before = measured(report, "before", "rss_kib");
+    let grew = measured(report, "peak", "rss_kib") - before;
+    assert!(grew < peak_kib, "RSS grew {grew} KiB: {report}");
+    let kept = measured(report, "after", "rss_kib") - before;
+    assert!(
+        kept < kept_kib,
+        "RSS kept {kept} KiB after the attack: {report}"
+    );
 }
 
 #[test]
@@ -134,13 +155,10 @@ fn idle_connections_are_refused_past_the_bounds_and_closed_at_the_handshake_time
         "all closed by the timeout: {report}"
     );
     assert!(
-        report["fds_after_0_5_s"].as_i64().unwrap() <= kib(&report, "before", "fds") + 64 + 2,
+        report["fds_after_0_5_s"].as_i64().unwrap() <= measured(&report, "before", "fds") + 64 + 2,
         "the publisher held at most the per-address bound: {report}"
     );
-    assert!(
-        kib(&report, "after", "fds") <= kib(&report, "before", "fds") + 2,
-        "descriptors given back: {report}"
-    );
+    assert_descriptors_given_back(&report);
     drop(demo);
 }
 
@@ -150,17 +168,8 @@ fn a_flood_of_random_bytes_leaves_descriptors_and_memory_where_they_were() {
     let demo = Demo::start(1, 30, &[]);
     let report = demo.attack("garbage", &["--count", "2000", "--hold", "3"]);
     assert_eq!(report["connections_sent_1_kib"], 2000, "{report}");
-    let grew = kib(&report, "peak", "rss_kib") - kib(&report, "before", "rss_kib");
-    assert!(grew < 16 * 1024, "RSS grew {grew} KiB: {report}");
-    let kept = kib(&report, "after", "rss_kib") - kib(&report, "before", "rss_kib");
-    assert!(
-        kept < 4 * 1024,
-        "RSS kept {kept} KiB after the flood: {report}"
-    );
-    assert!(
-        kib(&report, "after", "fds") <= kib(&report, "before", "fds") + 2,
-        "descriptors given back: {report}"
-    );
+    assert_memory_bounded(&report, 16 * 1024, 4 * 1024);
+    assert_descriptors_given_back(&report);
 }
 
 #[test]
@@ -181,21 +190,9 @@ fn a_subscription_flood_is_refused_and_leaves_memory_where_it_was() {
             "3",
         ],
     );
-    let grew = kib(&report, "peak", "rss_kib") - kib(&report, "before", "rss_kib");
-    assert!(
-        grew < 16 * 1024,
-        "RSS grew {grew} KiB for 30000 subscriptions: {report}"
-    );
-    // Once the flood is over the heap is given back.
-    let kept = kib(&report, "after", "rss_kib") - kib(&report, "before", "rss_kib");
-    assert!(
-        kept < 4 * 1024,
-        "RSS kept {kept} KiB after the flood: {report}"
-    );
-    assert!(
-        kib(&report, "after", "fds") <= kib(&report, "before", "fds") + 2,
-        "{report}"
-    );
+    // 30000 subscriptions; once the flood is over the heap is given back.
+    assert_memory_bounded(&report, 16 * 1024, 4 * 1024);
+    assert_descriptors_given_back(&report);
     let (ok, out, err) = demo.finish();
     assert!(ok, "{out}\n{err}");
     assert!(stat(&out, "subscriptions_refused") >= 20, "{out}");
