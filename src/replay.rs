@@ -38,11 +38,15 @@ const SEND_HWM: i32 = 1000;
 /// How long the thread waits for a request when no replay is under way.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 
+/// A message as sent: its sequence and its payload.
+type Sent = (u64, Arc<[u8]>);
+
 /// The messages sent recently, newest last, at most `capacity` bytes of payload.
 #[derive(Debug)]
 pub(crate) struct Ring {
     capacity: u64,
-    held: Mutex<(VecDeque<(u64, Arc<[u8]>)>, u64)>,
+    /// The messages, and their payloads' bytes.
+    held: Mutex<(VecDeque<Sent>, u64)>,
     /// The sequence of the last message sent, delivered or not.
     last_sequence: AtomicU64,
     counters: Arc<PeerCounters>,
@@ -80,7 +84,7 @@ impl Ring {
     }
 
     /// Up to `max` held messages with sequences from `from` through `through`.
-    fn slice(&self, from: u64, through: u64, max: usize) -> Vec<(u64, Arc<[u8]>)> {
+    fn slice(&self, from: u64, through: u64, max: usize) -> Vec<Sent> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let messages = &held.0;
         let start = messages.partition_point(|(s, _)| *s < from);
