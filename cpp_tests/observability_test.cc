@@ -103,7 +103,15 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   EXPECT_EQ(values.at(p + "queue_capacity"), 4u);
   EXPECT_EQ(values.at(p + "last_sequence"), stats.last_sequence);
   EXPECT_EQ(values.at(p + "refused_handshakes_total"), 0u);
-  EXPECT_EQ(values.size(), 11u) << text;
+  EXPECT_EQ(values.at(p + "connections_refused_total"), stats.connections_refused);
+  EXPECT_EQ(values.at(p + "subscriptions_refused_total"), stats.subscriptions_refused);
+  EXPECT_EQ(values.at(p + "replay_buffer_bytes"), 0u);  // no replay socket configured
+  // The incarnation rides in a label: a sample's float would round a 64-bit id.
+  EXPECT_NE(stats.incarnation, 0u);
+  EXPECT_EQ(values.at(p + "incarnation_info{incarnation=\"" +
+                      std::to_string(stats.incarnation) + "\"}"),
+            1u);
+  EXPECT_EQ(values.size(), 22u) << text;
   EXPECT_NE(text.find("# TYPE mooncake_kv_events_dropped_events_total counter\n"),
             std::string::npos);
 }
