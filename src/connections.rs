@@ -254,10 +254,40 @@ impl Listeners {
 /// One accepted connection.
 #[derive(Debug)]
 struct Open {
-    address: Option<IpAddr>,
+    peer: Peer,
     since: Instant,
     /// Cut by the bounds: its end is already counted.
     cut: bool,
+}
+
+/// Who is at the other end of a connection, as far as the table could see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Peer {
+    At(IpAddr),
+    /// An ipc peer: it has no address.
+    Local,
+    /// The connection was closed before the table looked at it (a peer that failed its
+    /// handshake at once can be gone by then), so its address is unknown.
+    Gone,
+}
+
+impl Peer {
+    fn address(self) -> Option<IpAddr> {
+        match self {
+            Peer::At(address) => Some(address),
+            Peer::Local | Peer::Gone => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::At(address) => address.fmt(f),
+            Peer::Local => f.write_str("a local (ipc) peer"),
+            Peer::Gone => f.write_str("a peer that left before its address was read"),
+        }
+    }
 }
 
 /// How one connection ended, as far as the table can tell.
@@ -319,10 +349,12 @@ impl Connections {
     /// libzmq accepted a connection on `fd`: recorded, and cut at once when it is over a
     /// bound.
     pub(crate) fn accepted(&mut self, listeners: &Listeners, fd: RawFd) -> Option<Refusal> {
-        let address = match Name::of(fd, true) {
-            Some(Name::Inet(peer)) => Some(canonical(peer.ip())),
-            _ => None,
+        let peer = match Name::of(fd, true) {
+            Some(Name::Inet(at)) => Peer::At(canonical(at.ip())),
+            Some(Name::Unix(_)) => Peer::Local,
+            None => Peer::Gone,
         };
+        let address = peer.address();
         // A number reused before its disconnection was seen: the older connection is gone.
         self.forget(fd);
         let from_address = address.map_or(0, |a| self.per_address.get(&a).copied().unwrap_or(0));
@@ -351,7 +383,7 @@ impl Connections {
         self.open.insert(
             fd,
             Open {
-                address,
+                peer,
                 since: Instant::now(),
                 cut,
             },
@@ -359,8 +391,8 @@ impl Connections {
         refusal.filter(|_| cut)
     }
 
-    /// libzmq closed the connection on `fd`: how it ended, and the peer's address.
-    pub(crate) fn disconnected(&mut self, fd: RawFd) -> (Ended, Option<IpAddr>) {
+    /// libzmq closed the connection on `fd`: how it ended, and who the peer was.
+    pub(crate) fn disconnected(&mut self, fd: RawFd) -> (Ended, Peer) {
         let open = self.forget(fd);
         let ended = match &open {
             Some(open) if open.cut => Ended::Cut,
@@ -369,12 +401,12 @@ impl Connections {
             }
             _ => Ended::Other,
         };
-        (ended, open.and_then(|o| o.address))
+        (ended, open.map_or(Peer::Gone, |o| o.peer))
     }
 
     fn forget(&mut self, fd: RawFd) -> Option<Open> {
         let open = self.open.remove(&fd)?;
-        if let Some(address) = open.address {
+        if let Some(address) = open.peer.address() {
             if let Some(n) = self.per_address.get_mut(&address) {
                 *n -= 1;
                 if *n == 0 {

@@ -582,8 +582,7 @@ impl Handler {
                 });
             }
             EVENT_DISCONNECTED => {
-                let (ended, peer) = self.connections.disconnected(fd);
-                let from = peer.map_or_else(|| "a local peer".into(), |p| p.to_string());
+                let (ended, from) = self.connections.disconnected(fd);
                 match (self.monitors[i].1.take(), ended) {
                     (Some(Failure::Unfinished), Ended::AfterTimeout) => {
                         counters.handshake_timeouts.fetch_add(1, Relaxed);
