@@ -1,16 +1,20 @@
 //! The example indexer of `examples/python/indexer.py`, run by Debian's Python
 //! (`/usr/bin/python3` with python3-zmq and python3-msgpack, see `scripts/install-deps.sh`):
 //! against the real publisher driven by `kv-events demo`, it must end with the index the
-//! demo's model of the master expects, plainly and with CURVE keys; refused, it exits 1 with
-//! the reason; and its gap and restart handling, unit-tested by `tests/python/test_indexer.py`.
+//! demo's model of the master expects: from the stream alone, with the replay socket, with
+//! CURVE keys, joining after the workload, and beside a stray PUB socket sending malformed
+//! messages, which it counts and skips. Refused, it exits 1 with the reason. Its recovery
+//! step by step, and the whole program against a fake publisher, are tested by
+//! `tests/python/test_indexer.py`.
 
 mod common;
 
 use common::TempDir;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, ChildStderr, Command, Output, Stdio};
+use std::thread::JoinHandle;
 
 /// Debian's interpreter, whose packages the example needs: not whatever `python3` is first
 /// in PATH.
@@ -47,6 +51,47 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_slice(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The lines of the indexer's `--dump`.
+fn read_dump(path: &Path) -> Vec<Value> {
+    let bytes =
+        std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text(&bytes)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}")))
+        .collect()
+}
+
+/// The objects of `kv-events demo --dump-index` as the indexer's dump lines: `bin` keys,
+/// which the demo writes `"hex:..."`, as `{"hex": "..."}`.
+fn expected_lines(expected: &Value) -> Vec<Value> {
+    let objects = expected["objects"].as_array().expect("expected objects");
+    objects
+        .iter()
+        .map(|object| {
+            let rendered = |value: &Value| match value.as_str() {
+                Some(s) if s.starts_with("hex:") => json!({ "hex": &s[4..] }),
+                _ => value.clone(),
+            };
+            json!({
+                "backend": object[0],
+                "tenant": rendered(&object[1]),
+                "key": rendered(&object[2]),
+                "media": object[3],
+            })
+        })
+        .collect()
+}
+
+/// The counters of the publisher `name` in the indexer's `--stats`.
+fn stats_of<'s>(stats: &'s Value, name: &str) -> &'s Value {
+    stats["publishers"]
+        .as_array()
+        .expect("publishers")
+        .iter()
+        .find(|p| p["publisher"] == name)
+        .unwrap_or_else(|| panic!("no publisher {name} in {stats}"))
+}
+
 fn explain(what: &str, output: &Output) -> String {
     format!(
         "{what}: {}\nstdout:\n{}\nstderr:\n{}",
@@ -56,19 +101,183 @@ fn explain(what: &str, output: &Output) -> String {
     )
 }
 
-#[test]
-fn python_indexer_ends_with_the_index_the_demo_expects() {
-    let dir = TempDir::new("python-indexer");
-    indexer_against_the_demo(&dir, &[], &[]);
+/// The indexer, started with `args` and known to have connected its sockets.
+struct Indexer {
+    child: Child,
+    first_line: String,
+    rest_of_stderr: JoinHandle<std::io::Result<Vec<u8>>>,
+}
+
+impl Indexer {
+    fn start(args: &[&str]) -> Indexer {
+        let mut child = python()
+            .arg(repo("examples/python/indexer.py"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the indexer starts");
+        // Setup, not an assertion: the indexer's first line says it has connected.
+        let mut stderr: BufReader<ChildStderr> =
+            BufReader::new(child.stderr.take().expect("stderr is piped"));
+        let mut first_line = String::new();
+        stderr
+            .read_line(&mut first_line)
+            .expect("the indexer's stderr");
+        let rest_of_stderr = std::thread::spawn(move || {
+            let mut rest = Vec::new();
+            stderr.read_to_end(&mut rest).map(|_| rest)
+        });
+        Indexer {
+            child,
+            first_line,
+            rest_of_stderr,
+        }
+    }
+
+    fn wait(self) -> Output {
+        let mut output = self.child.wait_with_output().expect("the indexer exits");
+        output.stderr = self.first_line.into_bytes();
+        output.stderr.extend(
+            self.rest_of_stderr
+                .join()
+                .unwrap()
+                .expect("the indexer's stderr"),
+        );
+        output
+    }
+}
+
+/// The paths of one run: the demo's endpoints and files, the indexer's files.
+struct Run {
+    dir: TempDir,
+    endpoint: String,
+    replay: String,
+    actual: PathBuf,
+    expected: PathBuf,
+    stats: PathBuf,
+}
+
+impl Run {
+    fn new(name: &str) -> Run {
+        let dir = TempDir::new(name);
+        Run {
+            endpoint: format!("ipc://{}", dir.path("kv.sock").display()),
+            replay: format!("ipc://{}", dir.path("replay.sock").display()),
+            actual: dir.path("actual.jsonl"),
+            expected: dir.path("expected.json"),
+            stats: dir.path("stats.json"),
+            dir,
+        }
+    }
+
+    fn publisher(&self) -> String {
+        format!("{},{}", self.endpoint, self.replay)
+    }
+
+    /// `kv-events demo` on this run's endpoints, writing the index it expects.
+    fn demo(&self, args: &[&str]) -> Command {
+        let mut demo = Command::new(env!("CARGO_BIN_EXE_kv-events"));
+        demo.args(["demo", "--endpoint", &self.endpoint, "--objects", "300"])
+            .args(["--replay-endpoint", &self.replay, "--dump-index"])
+            .arg(&self.expected)
+            .args(args);
+        demo
+    }
+
+    /// `--dump` and `--stats` into this run's files, then `args`.
+    fn indexer_args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        let mut all = vec![
+            "--dump",
+            self.actual.to_str().unwrap(),
+            "--stats",
+            self.stats.to_str().unwrap(),
+        ];
+        all.extend_from_slice(args);
+        all
+    }
+
+    /// Checks that the indexer ended with the index the demo expects, complete, and returns
+    /// its counters for `publisher`.
+    fn check(&self, indexer: &Output, publisher: &str) -> Value {
+        assert!(indexer.status.success(), "{}", explain("indexer", indexer));
+        let expected = read_json(&self.expected);
+        let lines = expected_lines(&expected);
+        assert!(lines.len() > 10, "{expected}");
+        assert!(
+            lines.iter().any(|line| line["key"].is_object()),
+            "the demo's index holds a bin key: {expected}"
+        );
+        // The dump sorts by the bytes of tenants and keys, the demo by their rendering.
+        let actual = read_dump(&self.actual);
+        let missing: Vec<_> = lines.iter().filter(|l| !actual.contains(l)).collect();
+        let extra: Vec<_> = actual.iter().filter(|l| !lines.contains(l)).collect();
+        assert!(
+            missing.is_empty() && extra.is_empty() && actual.len() == lines.len(),
+            "missing {missing:?}, extra {extra:?}\n{}",
+            explain("indexer", indexer)
+        );
+        let stats = read_json(&self.stats);
+        let counters = stats_of(&stats, publisher).clone();
+        assert_eq!(counters["complete"], true, "{counters}");
+        assert_eq!(counters["last_sequence"], expected["last_sequence"]);
+        assert_eq!(counters["malformed"], 0, "{counters}");
+        assert!(
+            text(&indexer.stdout).contains(&format!("{} objects indexed", lines.len())),
+            "{}",
+            explain("indexer", indexer)
+        );
+        counters
+    }
+}
+
+/// Runs the indexer with `indexer_args` from before the demo (with `demo_args`) binds: it
+/// reads every message, and stops after 5 silent seconds, once the demo is done. Returns
+/// its counters for `publisher`.
+fn indexer_from_the_start(
+    run: &Run,
+    demo_args: &[&str],
+    indexer_args: &[&str],
+    publisher: &str,
+) -> Value {
+    let indexer =
+        Indexer::start(&run.indexer_args(&[&["--idle-timeout", "5"], indexer_args].concat()));
+    // The demo's --wait lets the subscription reach its PUB socket before the workload.
+    let demo = run
+        .demo(&["--wait", "1"])
+        .args(demo_args)
+        .output()
+        .expect("kv-events runs");
+    let indexer = indexer.wait();
+    assert!(demo.status.success(), "{}", explain("demo", &demo));
+    let counters = run.check(&indexer, publisher);
+    for counter in ["gaps", "snapshots", "replays", "incomplete", "restarts"] {
+        assert_eq!(counters[counter], 0, "{counter}: {counters}");
+    }
+    counters
 }
 
 #[test]
-fn python_indexer_reads_a_curve_stream_with_its_keys() {
-    let dir = TempDir::new("python-indexer-curve");
-    common::curve_keys(&dir.0, "indexer");
-    let path = |name: &str| dir.path(name).display().to_string();
-    indexer_against_the_demo(
-        &dir,
+fn python_indexer_ends_with_the_index_the_demo_expects_from_the_stream_alone() {
+    let run = Run::new("python-indexer");
+    indexer_from_the_start(&run, &[], &[&run.endpoint], &run.endpoint);
+}
+
+#[test]
+fn python_indexer_ends_with_the_index_the_demo_expects_with_the_replay_socket() {
+    let run = Run::new("python-indexer-replay");
+    let publisher = run.publisher();
+    indexer_from_the_start(&run, &[], &["--publisher", &publisher], &run.endpoint);
+}
+
+#[test]
+fn python_indexer_reads_a_curve_stream_and_replay_socket_with_its_keys() {
+    let run = Run::new("python-indexer-curve");
+    common::curve_keys(&run.dir.0, "indexer");
+    let path = |name: &str| run.dir.path(name).display().to_string();
+    let publisher = run.publisher();
+    indexer_from_the_start(
+        &run,
         &[
             "--curve-secret-key",
             &path("server.key"),
@@ -76,11 +285,98 @@ fn python_indexer_reads_a_curve_stream_with_its_keys() {
             &path("allowed"),
         ],
         &[
+            "--publisher",
+            &publisher,
             "--curve-server-key",
             &path("server.pub"),
             "--curve-secret-key",
             &path("allowed/indexer.key"),
         ],
+        &run.endpoint,
+    );
+}
+
+#[test]
+fn python_indexer_joining_after_the_workload_converges() {
+    let run = Run::new("python-indexer-late");
+    // The demo stays up 4 s after its workload: the indexer joins then.
+    let mut demo = run
+        .demo(&["--linger", "4"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kv-events runs");
+    let mut stdout = BufReader::new(demo.stdout.take().expect("stdout is piped"));
+    let mut line = String::new();
+    while !line.contains("The workload is done") {
+        line.clear();
+        let read = stdout.read_line(&mut line).expect("the demo's stdout");
+        assert!(read > 0, "the demo ended before its workload was done");
+    }
+    // The rest of its stdout, so that the demo never waits on a full pipe.
+    let rest_of_stdout = std::thread::spawn(move || {
+        let mut rest = Vec::new();
+        stdout.read_to_end(&mut rest).map(|_| rest)
+    });
+    let publisher = run.publisher();
+    let indexer =
+        Indexer::start(&run.indexer_args(&["--publisher", &publisher, "--idle-timeout", "2"]));
+    let indexer = indexer.wait();
+    let mut demo = demo.wait_with_output().expect("the demo exits");
+    demo.stdout = rest_of_stdout.join().unwrap().expect("the demo's stdout");
+    assert!(demo.status.success(), "{}", explain("demo", &demo));
+    let counters = run.check(&indexer, &run.endpoint);
+    // Without snapshots, the replay socket still holds the whole stream from 1.
+    assert_eq!(counters["replays"], 1, "{counters}");
+    assert_ne!(counters["converged_ms"], Value::Null, "{counters}");
+}
+
+#[test]
+fn python_indexer_counts_and_skips_what_a_stray_pub_socket_sends() {
+    let run = Run::new("python-indexer-stray");
+    let stray_endpoint = format!("ipc://{}", run.dir.path("stray.sock").display());
+    let context = zmq::Context::new();
+    let stray = context.socket(zmq::XPUB).expect("an XPUB socket");
+    stray.set_linger(0).unwrap();
+    stray.bind(&stray_endpoint).expect("the stray binds");
+    let publisher = run.publisher();
+    let indexer = Indexer::start(&run.indexer_args(&[
+        "--idle-timeout",
+        "5",
+        "--publisher",
+        &publisher,
+        "--publisher",
+        &stray_endpoint,
+    ]));
+    // The indexer's subscription has reached the stray socket: what it sends now arrives.
+    assert!(
+        stray.poll(zmq::POLLIN, 20_000).unwrap() > 0,
+        "no subscription"
+    );
+    stray.recv_bytes(0).unwrap();
+    let sequence = 1u64.to_be_bytes();
+    let garbage: [&[&[u8]]; 5] = [
+        &[b"", &sequence],
+        &[b"\xde\xad\xbe\xef"],
+        &[b"", &sequence, b"\xc1 not msgpack"],
+        &[b"", &sequence[..7], b"\x93\x00\x90\x00"],
+        &[b"", &sequence, b"\x92\x00\x90"],
+    ];
+    for frames in garbage {
+        stray.send_multipart(frames, 0).unwrap();
+    }
+    let demo = run.demo(&["--wait", "1"]).output().expect("kv-events runs");
+    let indexer = indexer.wait();
+    assert!(demo.status.success(), "{}", explain("demo", &demo));
+    run.check(&indexer, &run.endpoint);
+    let stats = read_json(&run.stats);
+    let strayed = stats_of(&stats, &stray_endpoint);
+    assert_eq!(strayed["malformed"], garbage.len(), "{strayed}");
+    assert_eq!(strayed["objects"], 0, "{strayed}");
+    assert!(
+        text(&indexer.stderr).contains("skipped a malformed message: 2 frames, expected 3"),
+        "{}",
+        explain("indexer", &indexer)
     );
 }
 
@@ -116,74 +412,8 @@ fn python_indexer_exits_1_with_the_reason_when_refused() {
     );
 }
 
-/// Runs the indexer (with `indexer_args`) against `kv-events demo` (with `demo_args`) on an
-/// ipc endpoint in `dir`, and checks that it ends with the index the demo expects.
-fn indexer_against_the_demo(dir: &TempDir, demo_args: &[&str], indexer_args: &[&str]) {
-    let socket = dir.0.join("kv.sock");
-    let endpoint = format!("ipc://{}", socket.display());
-    let (actual, expected) = (dir.0.join("actual.json"), dir.0.join("expected.json"));
-
-    // The indexer connects first; ZeroMQ retries until the demo binds. It stops after
-    // 5 silent seconds, once the demo is done.
-    let mut indexer = python()
-        .arg(repo("examples/python/indexer.py"))
-        .arg(&endpoint)
-        .args(["--idle-timeout", "5", "--dump"])
-        .arg(&actual)
-        .args(indexer_args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the indexer starts");
-    // Setup, not an assertion: the indexer's first line says it has connected. The demo's
-    // --wait then lets the subscription reach its PUB socket before the workload.
-    let mut stderr = BufReader::new(indexer.stderr.take().expect("stderr is piped"));
-    let mut first_line = String::new();
-    stderr
-        .read_line(&mut first_line)
-        .expect("the indexer's stderr");
-    let rest_of_stderr = std::thread::spawn(move || {
-        let mut rest = Vec::new();
-        stderr.read_to_end(&mut rest).map(|_| rest)
-    });
-    let demo = Command::new(env!("CARGO_BIN_EXE_kv-events"))
-        .args(["demo", "--endpoint", &endpoint, "--objects", "300"])
-        .args(["--wait", "1", "--dump-index"])
-        .arg(&expected)
-        .args(demo_args)
-        .output()
-        .expect("kv-events runs");
-    let mut indexer = indexer.wait_with_output().expect("the indexer exits");
-    indexer.stderr = first_line.into_bytes();
-    indexer.stderr.extend(
-        rest_of_stderr
-            .join()
-            .unwrap()
-            .expect("the indexer's stderr"),
-    );
-    assert!(demo.status.success(), "{}", explain("demo", &demo));
-    assert!(indexer.status.success(), "{}", explain("indexer", &indexer));
-
-    let (actual, expected) = (read_json(&actual), read_json(&expected));
-    let objects = expected["objects"].as_array().expect("expected objects");
-    assert!(objects.len() > 10, "{expected}");
-    assert_eq!(actual["objects"], expected["objects"]);
-    assert_eq!(
-        actual["resyncs"],
-        0,
-        "{}",
-        explain("indexer resynced", &indexer)
-    );
-    assert_eq!(actual["last_sequence"], expected["last_sequence"]);
-    assert!(
-        text(&indexer.stdout).contains(&format!("{} objects indexed", objects.len())),
-        "{}",
-        explain("indexer", &indexer)
-    );
-}
-
 #[test]
-fn python_indexer_resyncs_a_backend_on_gaps_and_restarts() {
+fn python_indexer_recovers_step_by_step_and_against_a_fake_publisher() {
     let output = python()
         .arg(repo("tests/python/test_indexer.py"))
         .output()
