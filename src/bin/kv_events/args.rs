@@ -230,7 +230,7 @@ pub(crate) struct DemoArgs {
     pub(crate) wait: Duration,
     /// Write the index a subscriber that saw every event ends with
     ///
-    /// As JSON in the format of examples/python/indexer.py --dump.
+    /// As JSON: objects [backend, tenant, key, media], and last_sequence.
     #[arg(long, value_name = "FILE", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) dump_index: Option<PathBuf>,

@@ -394,8 +394,8 @@ fn summary(
     s
 }
 
-/// The final index of `examples/python/indexer.py --dump`, as a subscriber that saw every
-/// event of the workload would write it.
+/// The final index a subscriber that saw every event of the workload ends with
+/// (`tests/python_indexer.rs` compares it with `examples/python/indexer.py --dump`).
 #[derive(Debug, Serialize)]
 struct IndexDump {
     /// `[backend, tenant, key, [media]]`, sorted; keys and tenants as the script renders
