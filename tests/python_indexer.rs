@@ -3,7 +3,8 @@
 //! against the real publisher driven by `kv-events demo`, it must end with the index the
 //! demo's model of the master expects: from the stream alone, with the replay socket, with
 //! CURVE keys, joining after the workload, and beside a stray PUB socket sending malformed
-//! messages, which it counts and skips. Refused, it exits 1 with the reason. Its recovery
+//! messages, which it counts and skips. Across a restart of a real publisher it ends with the
+//! new life's objects, and SIGTERM stops it with its dump. Refused, it exits 1 with the reason. Its recovery
 //! step by step, and the whole program against a fake publisher, are tested by
 //! `tests/python/test_indexer.py`.
 
@@ -14,7 +15,9 @@ use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Debian's interpreter, whose packages the example needs: not whatever `python3` is first
 /// in PATH.
@@ -101,11 +104,12 @@ fn explain(what: &str, output: &Output) -> String {
     )
 }
 
-/// The indexer, started with `args` and known to have connected its sockets.
+/// The indexer, started with `args` and known to have connected its sockets; its stderr is
+/// read line by line as it comes.
 struct Indexer {
     child: Child,
-    first_line: String,
-    rest_of_stderr: JoinHandle<std::io::Result<Vec<u8>>>,
+    lines: Receiver<String>,
+    stderr: JoinHandle<String>,
 }
 
 impl Indexer {
@@ -117,33 +121,52 @@ impl Indexer {
             .stderr(Stdio::piped())
             .spawn()
             .expect("the indexer starts");
-        // Setup, not an assertion: the indexer's first line says it has connected.
-        let mut stderr: BufReader<ChildStderr> =
+        let stderr: BufReader<ChildStderr> =
             BufReader::new(child.stderr.take().expect("stderr is piped"));
-        let mut first_line = String::new();
-        stderr
-            .read_line(&mut first_line)
-            .expect("the indexer's stderr");
-        let rest_of_stderr = std::thread::spawn(move || {
-            let mut rest = Vec::new();
-            stderr.read_to_end(&mut rest).map(|_| rest)
+        let (to_test, lines) = mpsc::channel();
+        let stderr = std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in stderr.lines().map_while(Result::ok) {
+                all.push_str(&line);
+                all.push('\n');
+                let _ = to_test.send(line);
+            }
+            all
         });
-        Indexer {
+        let mut indexer = Indexer {
             child,
-            first_line,
-            rest_of_stderr,
+            lines,
+            stderr,
+        };
+        // Setup, not an assertion: the indexer's first line says it has connected.
+        indexer.wait_for_line("subscribed to");
+        indexer
+    }
+
+    /// Waits, up to a generous bound, for a line of stderr that holds `text`.
+    fn wait_for_line(&mut self, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut seen = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return,
+                Ok(line) => seen.push(line),
+                Err(_) => panic!("the indexer never said {text:?}; it said {seen:#?}"),
+            }
         }
+    }
+
+    /// Stops it as Ctrl-C or a service manager would.
+    fn terminate(&self) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill");
     }
 
     fn wait(self) -> Output {
         let mut output = self.child.wait_with_output().expect("the indexer exits");
-        output.stderr = self.first_line.into_bytes();
-        output.stderr.extend(
-            self.rest_of_stderr
-                .join()
-                .unwrap()
-                .expect("the indexer's stderr"),
-        );
+        output.stderr = self.stderr.join().unwrap().into_bytes();
         output
     }
 }
@@ -377,6 +400,68 @@ fn python_indexer_counts_and_skips_what_a_stray_pub_socket_sends() {
         text(&indexer.stderr).contains("skipped a malformed message: 2 frames, expected 3"),
         "{}",
         explain("indexer", &indexer)
+    );
+}
+
+/// `n` objects `<prefix>-<i>` of tenant "t" committed on cpu by `publisher`, flushed.
+fn commit(publisher: &mooncake_kv_events::Publisher, prefix: &str, n: usize) {
+    for i in 0..n {
+        publisher.on_put_commit(
+            "t",
+            format!("{prefix}-{i}"),
+            "",
+            mooncake_kv_events::MediumSet::from([mooncake_kv_events::Medium::Cpu]),
+        );
+    }
+    assert!(publisher.flush(Duration::from_secs(10)), "flush");
+}
+
+#[test]
+fn python_indexer_follows_a_publisher_restart_to_the_new_life() {
+    let run = Run::new("python-indexer-restart");
+    let config = mooncake_kv_events::Config {
+        replay_endpoint: run.replay.clone(),
+        ..common::config(&run.endpoint)
+    };
+    let first = mooncake_kv_events::Publisher::create(&config).expect("binds");
+    let publisher = run.publisher();
+    let mut indexer = Indexer::start(&run.indexer_args(&["--publisher", &publisher]));
+    indexer.wait_for_line("converged in");
+    commit(&first, "old", 10);
+    // The first life is gone; the second one's objects are all there is.
+    drop(first);
+    let second = mooncake_kv_events::Publisher::create(&config).expect("binds again");
+    commit(&second, "new", 5);
+    indexer.wait_for_line("the publisher restarted");
+    indexer.wait_for_line("recovered in");
+    commit(&second, "later", 2);
+    std::thread::sleep(Duration::from_millis(500));
+    indexer.terminate();
+    let output = indexer.wait();
+    assert!(output.status.success(), "{}", explain("indexer", &output));
+    let keys: Vec<Value> = read_dump(&run.actual)
+        .iter()
+        .map(|line| line["key"].clone())
+        .collect();
+    let mut expected: Vec<Value> = (0..5)
+        .map(|i| json!(format!("new-{i}")))
+        .chain((0..2).map(|i| json!(format!("later-{i}"))))
+        .collect();
+    expected.sort_by_key(|k| k.to_string());
+    assert_eq!(keys, expected, "{}", explain("indexer", &output));
+    let stats = read_json(&run.stats);
+    let counters = stats_of(&stats, &run.endpoint);
+    assert_eq!(counters["complete"], true, "{counters}");
+    assert_eq!(
+        counters["last_sequence"],
+        second.stats().last_sequence,
+        "{counters}"
+    );
+    assert!(counters["restarts"].as_u64() >= Some(1), "{counters}");
+    assert!(
+        text(&output.stderr).contains("stopped by signal 15"),
+        "{}",
+        explain("indexer", &output)
     );
 }
 

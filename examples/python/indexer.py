@@ -429,6 +429,8 @@ class Follower:
         self.rebuild(info, now)
 
     def rebuild(self, info, now):
+        if self.recovery_since is None:
+            self.recovery_since = now   # a check found a restart
         if info["snapshots"]:
             self.ask(Ask("snapshot", now, incarnation=info["incarnation"]), [b"", b"snapshot"])
         else:

@@ -327,6 +327,7 @@ def test_a_new_incarnation_seen_by_a_check_is_a_snapshot():
     assert r.sent() == [SNAPSHOT] and r.f.counters["restarts"] == 1
     r.reply(snapshot_end(30, 0, incarnation=9))
     assert objects(r.f) == [] and r.f.incarnation == 9 and r.f.last == 30
+    assert any(note.startswith("recovered in") for note in r.notes), r.notes
 
 
 def test_a_restart_during_a_snapshot_abandons_it():
