@@ -3,19 +3,25 @@
 //! against the real publisher driven by `kv-events demo`, it must end with the index the
 //! demo's model of the master expects: from the stream alone, with the replay socket, with
 //! CURVE keys, joining after the workload, and beside a stray PUB socket sending malformed
-//! messages, which it counts and skips. Across a restart of a real publisher it ends with the
-//! new life's objects, and SIGTERM stops it with its dump. Refused, it exits 1 with the reason. Its recovery
+//! messages, which it counts and skips. Against a real publisher whose object source is a
+//! master in miniature, it joins late by a snapshot, and converges again after a burst whose
+//! events the publisher's queue dropped before encoding. Across a restart of a real publisher
+//! it ends with the new life's objects, and SIGTERM stops it with its dump. Refused, it exits
+//! 1 with the reason. Its recovery
 //! step by step, and the whole program against a fake publisher, are tested by
 //! `tests/python/test_indexer.py`.
 
 mod common;
 
 use common::TempDir;
+use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -107,9 +113,19 @@ fn explain(what: &str, output: &Output) -> String {
 /// The indexer, started with `args` and known to have connected its sockets; its stderr is
 /// read line by line as it comes.
 struct Indexer {
-    child: Child,
+    child: Option<Child>,
     lines: Receiver<String>,
-    stderr: JoinHandle<String>,
+    stderr: Option<JoinHandle<String>>,
+}
+
+/// A test that fails midway leaves no indexer running.
+impl Drop for Indexer {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl Indexer {
@@ -134,9 +150,9 @@ impl Indexer {
             all
         });
         let mut indexer = Indexer {
-            child,
+            child: Some(child),
             lines,
-            stderr,
+            stderr: Some(stderr),
         };
         // Setup, not an assertion: the indexer's first line says it has connected.
         indexer.wait_for_line("subscribed to");
@@ -159,14 +175,42 @@ impl Indexer {
 
     /// Stops it as Ctrl-C or a service manager would.
     fn terminate(&self) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("a pid");
+        let child = self.child.as_ref().expect("running");
+        let pid = libc::pid_t::try_from(child.id()).expect("a pid");
         // SAFETY: kill(2) on the pid of our own child, which has not been waited for.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "kill");
     }
 
-    fn wait(self) -> Output {
-        let mut output = self.child.wait_with_output().expect("the indexer exits");
-        output.stderr = self.stderr.join().unwrap().into_bytes();
+    /// Waits for it to exit; one still running after a minute is stopped with SIGTERM, and
+    /// the test fails with what it said.
+    fn wait(mut self) -> Output {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut stuck = false;
+        while self
+            .child
+            .as_mut()
+            .expect("running")
+            .try_wait()
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            if Instant::now() >= deadline {
+                stuck = true;
+                self.terminate();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let child = self.child.take().expect("running");
+        let mut output = child.wait_with_output().expect("the indexer exits");
+        let stderr = self.stderr.take().expect("read");
+        output.stderr = stderr.join().unwrap().into_bytes();
+        assert!(
+            !stuck,
+            "{}",
+            explain("the indexer did not stop by itself", &output)
+        );
         output
     }
 }
@@ -462,6 +506,183 @@ fn python_indexer_follows_a_publisher_restart_to_the_new_life() {
         text(&output.stderr).contains("stopped by signal 15"),
         "{}",
         explain("indexer", &output)
+    );
+}
+
+type Held = Arc<Mutex<BTreeMap<(String, Vec<u8>), MediumSet>>>;
+
+/// A master in miniature: the media of each object, each change announced under the lock
+/// its object source copies under, as the real master's shards do.
+struct Master {
+    publisher: Publisher,
+    held: Held,
+}
+
+impl Master {
+    fn start(config: &Config) -> Master {
+        let publisher = Publisher::create(config).expect("the publisher binds");
+        let held = Held::default();
+        let source = Arc::clone(&held);
+        publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Objects| {
+            let copied: Vec<_> = source
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(id, media)| (id.clone(), *media))
+                .collect();
+            for ((tenant, key), media) in copied {
+                objects
+                    .add(tenant.as_bytes(), &key, b"", media)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        });
+        Master { publisher, held }
+    }
+
+    /// Sets the media of an object; the empty set removes it.
+    fn set(&self, tenant: &str, key: &[u8], media: MediumSet) {
+        let mut held = self.held.lock().unwrap();
+        let id = (tenant.to_owned(), key.to_vec());
+        let before = held.get(&id).copied().unwrap_or(MediumSet::EMPTY);
+        self.publisher
+            .on_medium_delta(tenant, key, "", before, media);
+        if media.is_empty() {
+            held.remove(&id);
+        } else {
+            held.insert(id, media);
+        }
+    }
+
+    /// `changes` changes over 400 objects of three tenants, some with keys that are not
+    /// UTF-8, each to one of four media sets, the empty one included.
+    fn churn(&self, changes: usize, seed: usize) {
+        let sets = [
+            MediumSet::from([Medium::Cpu]),
+            MediumSet::from([Medium::Disk]),
+            MediumSet::from([Medium::Cpu, Medium::Disk]),
+            MediumSet::EMPTY,
+        ];
+        for i in 0..changes {
+            let n = (i * 7919 + seed * 104_729) % 400;
+            let mut key = format!("obj-{n:04}").into_bytes();
+            if n % 50 == 7 {
+                key.extend_from_slice(b"\xff\x00");
+            }
+            let tenant = ["", "tenant-a", "tenant-b"][n % 3];
+            // Each pass over the 400 objects gives each a set other than the pass before.
+            self.set(tenant, &key, sets[(i / 400 + n + seed) % 4]);
+        }
+        assert!(self.publisher.flush(Duration::from_secs(10)), "flush");
+    }
+
+    /// What the indexer's dump should hold.
+    fn lines(&self) -> Vec<Value> {
+        let rendered = |bytes: &[u8]| match std::str::from_utf8(bytes) {
+            Ok(text) => json!(text),
+            Err(_) => {
+                let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+                json!({ "hex": hex })
+            }
+        };
+        self.held
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|((tenant, key), media)| {
+                json!({
+                    "backend": "store-a",
+                    "tenant": if tenant.is_empty() { "default" } else { tenant },
+                    "key": rendered(key),
+                    "media": media.iter().map(Medium::as_str).collect::<Vec<_>>(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Checks that the dump holds exactly `expected`, in any order; returns the counters of
+/// `publisher`, checked complete.
+fn check_dump(run: &Run, indexer: &Output, expected: &[Value], publisher: &str) -> Value {
+    assert!(indexer.status.success(), "{}", explain("indexer", indexer));
+    let actual = read_dump(&run.actual);
+    let missing: Vec<_> = expected.iter().filter(|l| !actual.contains(l)).collect();
+    let extra: Vec<_> = actual.iter().filter(|l| !expected.contains(l)).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && actual.len() == expected.len(),
+        "missing {missing:?}, extra {extra:?}\n{}",
+        explain("indexer", indexer)
+    );
+    let stats = read_json(&run.stats);
+    let counters = stats_of(&stats, publisher).clone();
+    assert_eq!(counters["complete"], true, "{counters}");
+    assert_eq!(counters["malformed"], 0, "{counters}");
+    counters
+}
+
+#[test]
+fn python_indexer_joining_late_installs_a_snapshot() {
+    let run = Run::new("python-indexer-snapshot");
+    let master = Master::start(&Config {
+        replay_endpoint: run.replay.clone(),
+        // Too small to hold the stream from 1: only a snapshot can rebuild it.
+        replay_buffer_bytes: 4096,
+        ..common::config(&run.endpoint)
+    });
+    master.churn(3000, 1);
+    let publisher = run.publisher();
+    let mut indexer =
+        Indexer::start(&run.indexer_args(&["--publisher", &publisher, "--idle-timeout", "2"]));
+    indexer.wait_for_line("converged in");
+    master.churn(500, 2);
+    let indexer = indexer.wait();
+    let counters = check_dump(&run, &indexer, &master.lines(), &run.endpoint);
+    assert_eq!(counters["snapshots"], 1, "{counters}");
+    assert_eq!(counters["gaps"], 0, "{counters}");
+    assert_eq!(
+        counters["last_sequence"],
+        master.publisher.stats().last_sequence,
+        "{counters}"
+    );
+    assert!(
+        counters["snapshot_events"].as_u64() > Some(100),
+        "{counters}"
+    );
+}
+
+#[test]
+fn python_indexer_converges_after_events_dropped_before_encoding() {
+    let run = Run::new("python-indexer-dropped");
+    let master = Master::start(&Config {
+        replay_endpoint: run.replay.clone(),
+        // A queue this short overflows under a burst: dropped events have numbers, no message.
+        queue_capacity: 4,
+        ..common::config(&run.endpoint)
+    });
+    master.churn(300, 1);
+    let publisher = run.publisher();
+    let mut indexer =
+        Indexer::start(&run.indexer_args(&["--publisher", &publisher, "--idle-timeout", "3"]));
+    indexer.wait_for_line("converged in");
+    master.churn(20_000, 2);
+    let dropped = master.publisher.stats().dropped_events;
+    assert!(dropped > 0, "setup: the burst dropped nothing");
+    // Events dropped after the last message of the burst take their numbers with the next
+    // message, which shows them as a gap: until then no subscriber can know of them.
+    master.set("", b"after-the-burst", MediumSet::from([Medium::Cpu]));
+    assert!(master.publisher.flush(Duration::from_secs(10)), "flush");
+    let indexer = indexer.wait();
+    let counters = check_dump(&run, &indexer, &master.lines(), &run.endpoint);
+    assert!(counters["gaps"].as_u64() >= Some(1), "{counters}");
+    assert!(counters["snapshots"].as_u64() >= Some(2), "{counters}");
+    assert_eq!(
+        counters["last_sequence"],
+        master.publisher.stats().last_sequence,
+        "{counters}"
+    );
+    eprintln!(
+        "{dropped} events dropped, {:?}; the indexer's counters: {counters}",
+        master.publisher.stats()
     );
 }
 

@@ -292,6 +292,20 @@ def test_a_lost_end_of_burst_is_found_when_quiet_and_replayed():
     assert r.f.counters["gaps"] == 1 and r.f.counters["missed"] == 2
 
 
+def test_a_snapshot_sequence_above_the_last_message_is_no_restart():
+    """S counts events dropped after the last message: info's last_sequence stays below it
+    until the next message takes those numbers."""
+    r = Run()
+    r.live_at(12, stored("a"))
+    for _ in range(3):
+        r.later(indexer.CHECK_EVERY)
+        assert r.sent() == [INFO]
+        r.reply(info(last=10, oldest=1))
+        assert r.sent() == [] and r.f.state == "live"
+    r.stream(message(13, stored("b")))
+    assert r.f.last == 13 and r.f.counters["snapshots"] == 1 and r.f.counters["gaps"] == 0
+
+
 def test_a_message_between_two_checks_clears_the_suspicion():
     r = Run()
     r.live_at(10, stored("a"))
