@@ -405,8 +405,9 @@ class Publisher {
   // kv_events_replay_endpoint), replacing any earlier source; an empty function unregisters.
   // The library owns its copy and destroys it once no snapshot can call it; a disabled
   // publisher (and the stub) destroys it at once. The master must announce each change (the
-  // event calls) under the lock its source copies that object under. Throws only
-  // std::bad_alloc.
+  // event calls) under the lock its source copies that object under, and shut the publisher
+  // down before destroying what the source reads: shutdown() abandons a running snapshot and
+  // waits for the source to return. Throws only std::bad_alloc.
   void set_object_source(ObjectSource source) {
     if (!source) {
       kv_events_set_object_source(handle_, nullptr, nullptr, nullptr);
