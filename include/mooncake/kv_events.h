@@ -4,7 +4,7 @@
 // on a logical medium (`cpu` or `disk`). The publisher turns those calls into `stored`,
 // `removed` and `cleared` events and publishes them, in msgpack batches, on a ZeroMQ PUB
 // socket from its own thread, for KV-aware routers and indexers. The wire format and the
-// rules are the project's SPEC.md (sections 3 and 5).
+// rules are docs/spec.md (sections 3 and 5).
 //
 // This header is inline and header-only: a thin C++ face over the C API of
 // mooncake/kv_events_c.h, which is all the library exports. The master's C++ types (std::string,
