@@ -173,6 +173,8 @@ impl CurveClient {
 const EVENT_DISCONNECTED: u32 = zmq::SocketEvent::DISCONNECTED as u32;
 /// libzmq's monitor event for a reconnection it scheduled.
 const EVENT_CONNECT_RETRIED: u32 = zmq::SocketEvent::CONNECT_RETRIED as u32;
+/// libzmq's monitor event for a connection established, before its handshake.
+const EVENT_CONNECTED: u32 = zmq::SocketEvent::CONNECTED as u32;
 /// How long after a lost connection libzmq has to schedule its reconnection (it does within
 /// milliseconds) before the subscriber connects again itself. libzmq 4.3 never reconnects
 /// after a protocol error, and a frame over `ZMQ_MAXMSGSIZE` is one: without this, one
@@ -217,6 +219,25 @@ impl Default for SubscriberOptions {
     }
 }
 
+/// How far a [`Subscriber`] got towards its publisher, from its socket's monitor:
+/// [`Subscriber::reach`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// No connection was ever established: nothing accepted one at the endpoint (nothing
+    /// listening, the connection refused, no such ipc socket file) in `failed_attempts`
+    /// attempts; none has failed yet while the first is pending (a host that does not
+    /// answer keeps it pending).
+    Unreached {
+        /// Connection attempts that failed, after each of which libzmq tried again.
+        failed_attempts: u64,
+    },
+    /// Connections were established, but no ZeroMQ handshake ever completed on one: what
+    /// listens there is not a ZeroMQ publisher, or has not answered yet.
+    NoHandshake,
+    /// A handshake completed at least once: the publisher was reached.
+    Reached,
+}
+
 /// A SUB socket connected to a publisher, subscribed to everything.
 pub struct Subscriber {
     _context: zmq::Context,
@@ -230,6 +251,11 @@ pub struct Subscriber {
     /// Whether a handshake succeeded since the last disconnection: only then is a
     /// disconnection a connection lost rather than a handshake that failed.
     connected: bool,
+    /// How far it ever got: a connection established, a handshake completed.
+    ever_connected: bool,
+    ever_reached: bool,
+    /// Connection attempts that failed before any connection was established.
+    failed_attempts: u64,
     connections_lost: u64,
     /// When the last connection was lost, until libzmq says it reconnects.
     lost_at: Option<Instant>,
@@ -286,7 +312,8 @@ impl Subscriber {
             | EVENT_HANDSHAKE_FAILED_PROTOCOL
             | EVENT_HANDSHAKE_FAILED_AUTH
             | EVENT_DISCONNECTED
-            | EVENT_CONNECT_RETRIED;
+            | EVENT_CONNECT_RETRIED
+            | EVENT_CONNECTED;
         socket.monitor(MONITOR_ENDPOINT, events as i32)?;
         let monitor = context.socket(zmq::PAIR)?;
         monitor.set_linger(0)?;
@@ -300,6 +327,9 @@ impl Subscriber {
             max_message_bytes: options.max_message_bytes,
             closed_handshakes: 0,
             connected: false,
+            ever_connected: false,
+            ever_reached: false,
+            failed_attempts: 0,
             connections_lost: 0,
             lost_at: None,
             endpoint: endpoint.to_owned(),
@@ -315,6 +345,22 @@ impl Subscriber {
         self.connections_lost
     }
 
+    /// How far this subscriber ever got towards its publisher, the socket's events so far
+    /// taken: a subscriber that never reached it can say why. [`WatchError::Refused`] when
+    /// an event says the publisher refuses this subscriber, as [`Subscriber::recv`] would.
+    pub fn reach(&mut self) -> Result<Reach, WatchError> {
+        self.check_handshakes()?;
+        Ok(if self.ever_reached {
+            Reach::Reached
+        } else if self.ever_connected {
+            Reach::NoHandshake
+        } else {
+            Reach::Unreached {
+                failed_attempts: self.failed_attempts,
+            }
+        })
+    }
+
     /// Takes the handshake events that arrived; an error when one says the publisher will
     /// not let this subscriber in.
     fn check_handshakes(&mut self) -> Result<(), WatchError> {
@@ -326,6 +372,11 @@ impl Subscriber {
                 EVENT_HANDSHAKE_SUCCEEDED => {
                     self.closed_handshakes = 0;
                     self.connected = true;
+                    self.ever_reached = true;
+                    continue;
+                }
+                EVENT_CONNECTED => {
+                    self.ever_connected = true;
                     continue;
                 }
                 EVENT_DISCONNECTED => {
@@ -337,6 +388,9 @@ impl Subscriber {
                 }
                 EVENT_CONNECT_RETRIED => {
                     self.lost_at = None;
+                    if !self.ever_connected {
+                        self.failed_attempts += 1;
+                    }
                     continue;
                 }
                 EVENT_HANDSHAKE_FAILED_AUTH => format!(
