@@ -930,7 +930,8 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn payload(value: &Value) -> Vec<u8> {
+    /// `value` as msgpack, by rmpv.
+    pub(super) fn payload(value: &Value) -> Vec<u8> {
         let mut out = Vec::new();
         rmpv::encode::write_value(&mut out, value).unwrap();
         out

@@ -436,15 +436,21 @@ fn tail_stats_prints_rate_lines_instead_of_events() {
     );
 }
 
+/// A tail of `endpoint` with `--idle-timeout 0.5`, run to its end: its status and stderr.
+fn idle_tail(endpoint: &str) -> (Output, String) {
+    let output = kv_events()
+        .args(["tail", endpoint, "--idle-timeout", "0.5"])
+        .output()
+        .expect("kv-events runs");
+    let stderr = text(&output.stderr);
+    (output, stderr)
+}
+
 #[test]
 fn tail_stops_after_its_idle_timeout_with_0_once_it_reached_its_publisher() {
     let endpoint = Endpoint::new();
     let _publisher = publisher(&endpoint);
-    let output = kv_events()
-        .args(["tail", &endpoint, "--idle-timeout", "0.5"])
-        .output()
-        .expect("kv-events runs");
-    let stderr = text(&output.stderr);
+    let (output, stderr) = idle_tail(&endpoint);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(output.stdout.is_empty());
     assert!(stderr.contains("no message for 0.5s"), "{stderr}");
@@ -471,11 +477,7 @@ fn tail_exits_1_when_it_never_reached_its_publisher_and_says_why() {
         ),
     ] {
         let started = std::time::Instant::now();
-        let output = kv_events()
-            .args(["tail", &endpoint, "--idle-timeout", "0.5"])
-            .output()
-            .expect("kv-events runs");
-        let stderr = text(&output.stderr);
+        let (output, stderr) = idle_tail(&endpoint);
         assert_eq!(output.status.code(), Some(1), "{endpoint}: {stderr}");
         assert!(output.stdout.is_empty(), "{endpoint}");
         // Said while it waits, then as the reason of its exit.
@@ -497,29 +499,20 @@ fn tail_exits_1_when_it_never_reached_its_publisher_and_says_why() {
 #[test]
 fn tail_says_when_it_reaches_a_publisher_that_came_late() {
     let endpoint = Endpoint::new();
-    let mut child = kv_events()
-        .args(["tail", &endpoint, "--count", "1", "--idle-timeout", "20"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kv-events starts");
-    let mut stderr = BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut tail = Tail::start(&endpoint, &["--count", "1", "--idle-timeout", "20"]);
     let mut line = String::new();
-    for expected in ["watching", "cannot reach"] {
-        line.clear();
-        stderr.read_line(&mut line).expect("tail's stderr");
-        assert!(line.contains(expected), "{line}");
-    }
+    tail.stderr.read_line(&mut line).expect("tail's stderr");
+    assert!(line.contains("cannot reach"), "{line}");
     let publisher = publisher(&endpoint);
     line.clear();
-    stderr.read_line(&mut line).expect("tail's stderr");
+    tail.stderr.read_line(&mut line).expect("tail's stderr");
     assert_eq!(line, format!("kv-events: reached {}\n", &*endpoint));
     // ZeroMQ's slow joiner: the subscription takes a moment to reach the PUB socket. This is
     // setup, not an assertion: a message sent before it would be missed.
     std::thread::sleep(Duration::from_millis(500));
     publisher.on_put_commit("t", "k", "g", CPU);
-    let output = child.wait_with_output().expect("tail exits");
-    assert_eq!(output.status.code(), Some(0));
+    let (output, rest) = tail.finish();
+    assert_eq!(output.status.code(), Some(0), "{rest}");
     assert_eq!(text(&output.stdout).lines().count(), 1);
 }
 

@@ -251,14 +251,9 @@ impl Visitor<'_> for BytesVisitor {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::payload;
     use super::*;
     use rmpv::Value;
-
-    fn payload(value: &Value) -> Vec<u8> {
-        let mut out = Vec::new();
-        rmpv::encode::write_value(&mut out, value).unwrap();
-        out
-    }
 
     fn frames(sequence: u64, events: Vec<Value>) -> Vec<Vec<u8>> {
         let body = Value::Array(vec![
