@@ -56,9 +56,10 @@ fn workload(publisher: &Publisher) -> usize {
 fn without_timestamps(mut frames: Vec<Vec<Vec<u8>>>) -> Vec<Vec<Vec<u8>>> {
     for message in &mut frames {
         let payload = &mut message[2];
-        let (_, timestamp, _, _) =
+        let timestamp =
             mooncake_kv_events::watch::decode_message(&[vec![], vec![0; 8], payload.clone()])
-                .unwrap();
+                .unwrap()
+                .timestamp_ms;
         let mut encoded = Vec::new();
         rmp::encode::write_uint(&mut encoded, timestamp).unwrap();
         let mut at = 0;
@@ -114,7 +115,7 @@ fn delivered(publisher: &Publisher, subscriber: &zmq::Socket) -> (usize, usize) 
         .map(|m| {
             mooncake_kv_events::watch::decode_message(m)
                 .unwrap()
-                .2
+                .events
                 .len()
         })
         .sum();

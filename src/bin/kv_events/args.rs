@@ -65,11 +65,14 @@ macro_rules! completions_examples {
     propagate_version = true,
     after_help = concat!(
         "Exit status:
-  0  tail: stopped by --count or --idle-timeout, or the reader of its stdout went away;
+  0  tail: stopped by --count, or by --idle-timeout after it reached the publisher, or
+     the reader of its stdout went away;
      demo: the watcher saw every published event, with no gap
   1  runtime error: cannot connect or bind, a socket error, a file that cannot be
-     written or read, a bad key file; tail: the publisher refused it (a malformed or
-     oversized message is reported on stderr and skipped); keygen: a file exists;
+     written or read, a bad key file; tail: the publisher refused it, or --idle-timeout
+     passed without it ever reaching the publisher (nothing listening, refused, a host
+     name that does not resolve; a malformed or oversized message is reported on stderr
+     and skipped); keygen: a file exists;
      demo: the watcher missed events, saw a gap or a malformed message
   2  usage error: unknown command or option, a missing or bad value (with the usage,
      on stderr)
@@ -97,7 +100,8 @@ pub(crate) enum Command {
     /// stdout: the event map plus the batch's "sequence"; bytes that are not UTF-8 print
     /// as {"hex": "..."}. Sequence gaps (lost events), a join after the first message and
     /// publisher restarts are reported on stderr, whatever the filters. Runs until
-    /// interrupted unless --count or --idle-timeout says stop.
+    /// interrupted unless --count or --idle-timeout says stop. A publisher it cannot
+    /// reach is said on stderr while it tries; with --idle-timeout it then exits 1.
     ///
     /// Filters: an event is printed (and counted) only if it matches each filter given;
     /// a filter given several times matches any of its values.
@@ -140,7 +144,7 @@ pub(crate) struct TailArgs {
     /// Exit after N events that pass the filters
     #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
     pub(crate) count: Option<u64>,
-    /// Exit after SECS seconds without a message
+    /// Exit after SECS seconds without a message (1 if the publisher was never reached)
     #[arg(long, value_name = "SECS", value_parser = more_than_zero_seconds, allow_negative_numbers = true)]
     pub(crate) idle_timeout: Option<Duration>,
     /// Only events of tenant T (an empty T is "default", as on the wire)
