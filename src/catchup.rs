@@ -167,7 +167,7 @@ fn below(frame: &[u8], until: u64) -> bool {
 }
 
 /// Decodes an `info` map; unknown keys are ignored, missing ones stay at their default.
-fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
+pub(crate) fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
     let malformed = |why: &str| WatchError::Replay(format!("an info reply {why}"));
     let value = rmpv::decode::read_value(&mut &body[..])
         .map_err(|e| malformed(&format!("is not msgpack: {e}")))?;

@@ -26,7 +26,7 @@ mod connections;
 mod encode;
 mod event;
 mod ffi;
-
+pub mod follow;
 pub mod index;
 pub mod keys;
 mod log;
