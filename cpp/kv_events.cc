@@ -16,6 +16,7 @@
 
 #include "c_api_common.h"
 #include "log_sink.h"
+#include "object_source.h"
 #include "mooncake-kv-events/src/ffi.rs.h"
 #include "mooncake/kv_events_c.h"
 #include "rust/cxx.h"
@@ -186,6 +187,9 @@ int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* s
   out.replays_abandoned = s.replays_abandoned;
   out.replay_buffer_bytes = s.replay_buffer_bytes;
   out.replay_oldest_sequence = s.replay_oldest_sequence;
+  out.snapshots_served = s.snapshots_served;
+  out.snapshots_abandoned = s.snapshots_abandoned;
+  out.snapshot_objects = s.snapshot_objects;
   std::memcpy(stats, &out, std::min(stats_size, sizeof out));
   return KV_EVENTS_OK;
 }
@@ -223,6 +227,43 @@ int kv_events_flush(kv_events_publisher* publisher, uint64_t timeout_ms) {
 
 void kv_events_shutdown(kv_events_publisher* publisher) {
   if (publisher != nullptr) publisher->rust->shutdown();
+}
+
+int kv_events_set_object_source(kv_events_publisher* publisher, kv_events_object_source_fn source,
+                                void* context, void (*release)(void* context)) {
+  if (publisher == nullptr) {
+    if (release != nullptr) release(context);
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  if (source == nullptr) {
+    publisher->rust->set_object_source(nullptr);
+    if (release != nullptr) release(context);
+    return KV_EVENTS_OK;
+  }
+  try {
+    // A disabled publisher drops the source at once, which releases its context.
+    publisher->rust->set_object_source(
+        std::make_unique<bridge::MasterObjectSource>(source, context, release));
+    return KV_EVENTS_OK;
+  } catch (...) {
+    if (release != nullptr) release(context);
+    return KV_EVENTS_ERR_NO_MEMORY;
+  }
+}
+
+int kv_events_snapshot_add(kv_events_snapshot* snapshot, const char* tenant_id,
+                           size_t tenant_id_len, const char* object_key, size_t object_key_len,
+                           const char* group_id, size_t group_id_len, uint8_t media) {
+  if (snapshot == nullptr || !readable(tenant_id, tenant_id_len) ||
+      !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  // The only kv_events_snapshot is the Rust side's Objects (object_source.h).
+  auto& objects = *reinterpret_cast<bridge::Objects*>(snapshot);
+  const bool added =
+      bridge::snapshot_add(objects, bytes(tenant_id), tenant_id_len, bytes(object_key),
+                           object_key_len, bytes(group_id), group_id_len, media);
+  return added ? KV_EVENTS_OK : KV_EVENTS_ERR_ABANDONED;
 }
 
 int kv_events_set_log_sink(kv_events_log_fn sink, void* context, void (*release)(void* context)) {

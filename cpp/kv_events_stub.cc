@@ -31,7 +31,7 @@ namespace {
 // What a disabled Rust publisher reports, as the ON build gives it; tests/c_api.rs checks
 // that these are exactly the real library's.
 constexpr char kStatusJson[] =
-    R"status({"built_with_kv_events":false,"enabled":false,"published_batches":0,"published_events":0,"dropped_events":0,"skipped_keyless_events":0,"cleared_suppressed":0,"send_failures":0,"queue_depth":0,"queue_capacity":0,"last_sequence":0,"refused_handshakes":0,"incarnation":0,"connections":0,"connections_refused":0,"handshake_timeouts":0,"subscriptions_refused":0,"replay_requests":0,"replayed_messages":0,"bad_requests":0,"replays_abandoned":0,"replay_buffer_bytes":0,"replay_oldest_sequence":0})status";
+    R"status({"built_with_kv_events":false,"enabled":false,"published_batches":0,"published_events":0,"dropped_events":0,"skipped_keyless_events":0,"cleared_suppressed":0,"send_failures":0,"queue_depth":0,"queue_capacity":0,"last_sequence":0,"refused_handshakes":0,"incarnation":0,"connections":0,"connections_refused":0,"handshake_timeouts":0,"subscriptions_refused":0,"replay_requests":0,"replayed_messages":0,"bad_requests":0,"replays_abandoned":0,"replay_buffer_bytes":0,"replay_oldest_sequence":0,"snapshots_served":0,"snapshots_abandoned":0,"snapshot_objects":0})status";
 constexpr char kMetricsText[] =
     R"metrics(# HELP mooncake_kv_events_enabled 1 when events are published, 0 when disabled.
 # TYPE mooncake_kv_events_enabled gauge
@@ -96,6 +96,15 @@ mooncake_kv_events_replay_buffer_bytes 0
 # HELP mooncake_kv_events_replay_oldest_sequence Oldest sequence a replay can send; 0 when the buffer is empty.
 # TYPE mooncake_kv_events_replay_oldest_sequence gauge
 mooncake_kv_events_replay_oldest_sequence 0
+# HELP mooncake_kv_events_snapshots_served_total Snapshots sent whole on the replay socket.
+# TYPE mooncake_kv_events_snapshots_served_total counter
+mooncake_kv_events_snapshots_served_total 0
+# HELP mooncake_kv_events_snapshots_abandoned_total Snapshots given up because the requester stopped reading or the publisher stopped.
+# TYPE mooncake_kv_events_snapshots_abandoned_total counter
+mooncake_kv_events_snapshots_abandoned_total 0
+# HELP mooncake_kv_events_snapshot_objects_total Objects held by the snapshots sent whole.
+# TYPE mooncake_kv_events_snapshot_objects_total counter
+mooncake_kv_events_snapshot_objects_total 0
 # HELP mooncake_kv_events_incarnation_info The random id of this publisher's life, which changes at every restart or takeover, as the label incarnation.
 # TYPE mooncake_kv_events_incarnation_info gauge
 mooncake_kv_events_incarnation_info{incarnation="0"} 1
@@ -182,6 +191,19 @@ int kv_events_flush(kv_events_publisher* publisher, uint64_t) {
 }
 
 void kv_events_shutdown(kv_events_publisher*) {}
+
+// This build serves no snapshot: the source is never called, and released at once.
+int kv_events_set_object_source(kv_events_publisher* publisher, kv_events_object_source_fn,
+                                void* context, void (*release)(void* context)) {
+  if (release != nullptr) release(context);
+  return publisher == nullptr ? KV_EVENTS_ERR_INVALID_ARGUMENT : KV_EVENTS_OK;
+}
+
+// No snapshot exists in this build, so no caller has one to add to.
+int kv_events_snapshot_add(kv_events_snapshot*, const char*, size_t, const char*, size_t,
+                           const char*, size_t, uint8_t) {
+  return KV_EVENTS_ERR_INVALID_ARGUMENT;
+}
 
 int kv_events_set_log_sink(kv_events_log_fn sink, void* context, void (*release)(void* context)) {
   pthread_mutex_lock(&sink_mutex);

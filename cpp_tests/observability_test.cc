@@ -111,7 +111,7 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   EXPECT_EQ(values.at(p + "incarnation_info{incarnation=\"" +
                       std::to_string(stats.incarnation) + "\"}"),
             1u);
-  EXPECT_EQ(values.size(), 22u) << text;
+  EXPECT_EQ(values.size(), 25u) << text;
   EXPECT_NE(text.find("# TYPE mooncake_kv_events_dropped_events_total counter\n"),
             std::string::npos);
 }

@@ -15,6 +15,15 @@ pub(crate) const MAX_BATCH_EVENTS: usize = 64;
 /// The tenant an empty `tenant_id` stands for.
 pub(crate) const DEFAULT_TENANT: &[u8] = b"default";
 
+/// Whether an event with these strings goes in a message of its own: one whose tenant, key
+/// or group is not UTF-8 is written as `bin`, which a consumer decoding whole messages into
+/// text cannot take, and it should lose that event alone.
+pub(crate) fn needs_own_message(tenant: &[u8], key: &[u8], group: &[u8]) -> bool {
+    [tenant, key, group]
+        .iter()
+        .any(|s| std::str::from_utf8(s).is_err())
+}
+
 /// Writes batches of events, numbering events from 1.
 ///
 /// Everything the config fixes (key names, model, block size, salt, LoRA, backend id, dp

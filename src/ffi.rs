@@ -9,7 +9,7 @@
 //! locks catch any panic here: a panic that reached C++ would abort the master.
 
 use crate::log::{self, Level};
-use crate::{Config, CreateError, MediumSet, Publisher, RemoveAllScan};
+use crate::{Config, CreateError, MediumSet, ObjectSource, Objects, Publisher, RemoveAllScan};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
@@ -68,6 +68,9 @@ mod bridge {
         replays_abandoned: u64,
         replay_buffer_bytes: u64,
         replay_oldest_sequence: u64,
+        snapshots_served: u64,
+        snapshots_abandoned: u64,
+        snapshot_objects: u64,
     }
 
     unsafe extern "C++" {
@@ -78,10 +81,25 @@ mod bridge {
         type LogSink;
         /// `level`: 0 debug, 1 info, 2 warning, 3 error.
         fn write(self: &LogSink, level: u8, message: &[u8]);
+
+        include!("cpp/object_source.h");
+
+        /// The master's object source (`cpp/object_source.h`); dropping it hands its context
+        /// back to the master.
+        type MasterObjectSource;
+        /// Adds the objects of `tenant` (of every tenant when `every_tenant`) to `objects`;
+        /// 0 when it succeeded.
+        fn objects(
+            self: &MasterObjectSource,
+            tenant: &[u8],
+            every_tenant: bool,
+            objects: &mut Objects,
+        ) -> i32;
     }
 
     extern "Rust" {
         type RustPublisher;
+        type Objects;
 
         /// Sends every publisher's log lines to `sink`; a null sink restores the default.
         fn set_log_sink(sink: UniquePtr<LogSink>);
@@ -129,10 +147,28 @@ mod bridge {
         fn metrics_text(self: &RustPublisher) -> String;
         fn flush(self: &RustPublisher, timeout_ms: u64) -> bool;
         fn shutdown(self: &RustPublisher);
+        /// Registers the master's object source; a null one unregisters.
+        fn set_object_source(self: &RustPublisher, source: UniquePtr<MasterObjectSource>);
+
+        /// Adds one object to a snapshot under way; false once it was abandoned.
+        ///
+        /// # Safety
+        /// As `on_medium_delta`.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn snapshot_add(
+            objects: &mut Objects,
+            tenant: *const u8,
+            tenant_len: usize,
+            key: *const u8,
+            key_len: usize,
+            group: *const u8,
+            group_len: usize,
+            media: u8,
+        ) -> bool;
     }
 }
 
-use bridge::{BridgeConfig, BridgeStats, LogSink};
+use bridge::{BridgeConfig, BridgeStats, LogSink, MasterObjectSource};
 use cxx::UniquePtr;
 
 /// The publisher as C++ holds it.
@@ -200,6 +236,55 @@ fn set_log_sink(sink: UniquePtr<LogSink>) {
             sink.write(level, message.as_bytes());
         }
     });
+}
+
+// SAFETY: the C API requires the master's source to be callable from a library thread, one
+// snapshot at a time; `objects` is a const call of a function pointer with its context.
+unsafe impl Send for MasterObjectSource {}
+// SAFETY: as above.
+unsafe impl Sync for MasterObjectSource {}
+
+/// The master's object source as the publisher calls it.
+struct Source(UniquePtr<MasterObjectSource>);
+
+impl ObjectSource for Source {
+    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String> {
+        let Some(source) = self.0.as_ref() else {
+            return Ok(());
+        };
+        match source.objects(tenant.unwrap_or_default(), tenant.is_none(), objects) {
+            0 => Ok(()),
+            rc => Err(format!("it returned {rc}")),
+        }
+    }
+}
+
+/// # Safety
+/// As `RustPublisher::on_medium_delta`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn snapshot_add(
+    objects: &mut Objects,
+    tenant: *const u8,
+    tenant_len: usize,
+    key: *const u8,
+    key_len: usize,
+    group: *const u8,
+    group_len: usize,
+    media: u8,
+) -> bool {
+    // SAFETY: the bridge's contract: strings of the caller, alive during the call.
+    let (tenant, key, group) = unsafe {
+        (
+            view(tenant, tenant_len),
+            view(key, key_len),
+            view(group, group_len),
+        )
+    };
+    let media = MediumSet::from_bits(media);
+    catch_unwind(AssertUnwindSafe(|| {
+        objects.add(tenant, key, group, media).is_ok()
+    }))
+    .unwrap_or(false)
 }
 
 /// Runs a call the master makes under its locks; a panic is swallowed rather than abort the
@@ -292,6 +377,9 @@ impl RustPublisher {
             replays_abandoned: s.replays_abandoned,
             replay_buffer_bytes: s.replay_buffer_bytes,
             replay_oldest_sequence: s.replay_oldest_sequence,
+            snapshots_served: s.snapshots_served,
+            snapshots_abandoned: s.snapshots_abandoned,
+            snapshot_objects: s.snapshot_objects,
         }
     }
 
@@ -309,5 +397,13 @@ impl RustPublisher {
 
     fn shutdown(&self) {
         self.0.shutdown();
+    }
+
+    fn set_object_source(&self, source: UniquePtr<MasterObjectSource>) {
+        if source.is_null() {
+            self.0.remove_object_source();
+        } else {
+            self.0.set_object_source(Source(source));
+        }
     }
 }

@@ -8,11 +8,14 @@ use crate::log::{log, Level};
 use crate::media::MediumSet;
 use crate::pool::StringPool;
 use crate::queue::{EventQueue, Record};
-use crate::replay::{self, Identity, Ring, Server};
+use crate::replay::{self, Identity, Ring, Server, Snapshots, SourceSlot};
 use crate::security::{Guard, Settings, MAX_REQUEST_BYTES, MAX_SUBSCRIPTION_BYTES};
+use crate::snapshot::{self, ObjectSource};
 use crate::stats::{Counters, Stats};
 use crate::worker::{Outlet, Worker};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
+};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -60,6 +63,8 @@ struct Enabled {
     guard: Mutex<Option<Guard>>,
     next_scan: AtomicU64,
     incarnation: u64,
+    /// Where snapshots get their objects, once the master registers it.
+    source: Arc<SourceSlot>,
 }
 
 /// What the callers and the publishing thread share.
@@ -219,6 +224,7 @@ impl Publisher {
         };
         bind(&socket, "kv_events_bind_endpoint", &config.bind_endpoint)?;
         let incarnation = incarnation();
+        let source = Arc::new(SourceSlot::default());
         let (ring, replay) = match replay_socket {
             None => (None, None),
             Some(router) => {
@@ -233,11 +239,23 @@ impl Publisher {
                     backend_id: config.backend_id.clone(),
                     dp_rank: config.dp_rank,
                 };
+                let (taken, callers) = (Arc::clone(&ring), Arc::clone(&shared));
+                let snapshots = Snapshots {
+                    source: Arc::clone(&source),
+                    context: snapshot::Context {
+                        config: Arc::new(config.clone()),
+                        incarnation,
+                        sequence_now: Arc::new(move || {
+                            taken.sequence_taken(callers.counters.dropped_events.load(Acquire))
+                        }),
+                    },
+                };
                 let server = Server::start(
                     router,
                     config.replay_endpoint.clone(),
                     Arc::clone(&ring),
                     identity,
+                    snapshots,
                 )
                 .map_err(|e| setup("the thread kv-events-replay")(e.to_string()))?;
                 (Some(ring), Some(server))
@@ -284,8 +302,33 @@ impl Publisher {
                 guard: Mutex::new(Some(guard)),
                 next_scan: AtomicU64::new(1),
                 incarnation,
+                source,
             }),
         })
+    }
+
+    /// Registers where snapshots get their objects, replacing the source registered before
+    /// (which is dropped once no snapshot uses it). Snapshots are served on the replay socket
+    /// (`kv_events_replay_endpoint`); without one, or when the publisher is disabled, the
+    /// source is kept but never called. See [`ObjectSource`] for what it must do.
+    pub fn set_object_source(&self, source: impl ObjectSource + 'static) {
+        if let Some(enabled) = &self.enabled {
+            let mut slot = enabled
+                .source
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            *slot = Some(Arc::new(source));
+        }
+    }
+
+    /// Unregisters the object source: snapshots are then refused, with a reply saying so.
+    pub fn remove_object_source(&self) {
+        if let Some(enabled) = &self.enabled {
+            *enabled
+                .source
+                .write()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+        }
     }
 
     /// Whether calls publish anything.

@@ -7,21 +7,28 @@
 //!   sent it, then `["", -1 as 8 signed big-endian bytes, ""]`. This is vLLM's replay
 //!   protocol, so its clients work unchanged. What the buffer no longer holds, or what was
 //!   never sent, is absent.
+//! - `["", "snapshot"]` or `["", "snapshot", tenant_id]`: every object readable now (of that
+//!   tenant), as `["", "snapshot", batch]` messages, then `["", "snapshot-end", map]` with
+//!   `sequence` (S), `objects`, `events`, `incarnation` and `tenant`: see [`crate::snapshot`].
+//!   One snapshot at a time; another request meanwhile is answered "busy".
 //! - `["", "info"]`: `["", "info", map]`, the map holding `incarnation`, `backend_id`,
 //!   `dp_rank`, `last_sequence` (of the last message sent, 0 before the first),
-//!   `oldest_sequence` (the oldest a replay can send, 0 when none) and `snapshots`.
+//!   `oldest_sequence` (the oldest a replay can send, 0 when none) and `snapshots` (whether
+//!   the master registered an object source).
 //! - anything else: `["", "error", text]`, counted in `bad_requests`.
 //!
 //! The thread `kv-events-replay` owns the socket; the publishing thread only appends what it
-//! sent to the [`Ring`]. A replay is sent a slice at a time, so one large replay neither
+//! sent to the [`Ring`], and a snapshot's thread hands over its messages. A replay is sent a slice at a time, so one large replay neither
 //! stalls another nor takes the libzmq I/O thread from the live stream for long; a requester
 //! whose queue stays full longer than [`STALLED_FOR`] is abandoned.
 
 use crate::log::{log, Level};
+use crate::snapshot::{self, ObjectSource, Piece};
 use crate::stats::PeerCounters;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -47,6 +54,9 @@ pub(crate) struct Ring {
     capacity: u64,
     /// The messages, and their payloads' bytes.
     held: Mutex<(VecDeque<Sent>, u64)>,
+    /// The last message's sequence with the publisher's `dropped_events` as it numbered it:
+    /// the drops counted since take the next numbers.
+    numbered: Mutex<(u64, u64)>,
     /// The sequence of the last message sent, delivered or not.
     last_sequence: AtomicU64,
     counters: Arc<PeerCounters>,
@@ -57,13 +67,16 @@ impl Ring {
         Ring {
             capacity,
             held: Mutex::new((VecDeque::new(), 0)),
+            numbered: Mutex::new((0, 0)),
             last_sequence: AtomicU64::new(0),
             counters,
         }
     }
 
-    /// The publishing thread sent message `sequence`; `payload` when the socket took it.
-    pub(crate) fn sent(&self, sequence: u64, payload: Option<&[u8]>) {
+    /// The publishing thread sent message `sequence`, numbered when `dropped_events` was
+    /// `dropped`; `payload` when the socket took it.
+    pub(crate) fn sent(&self, sequence: u64, dropped: u64, payload: Option<&[u8]>) {
+        *self.numbered.lock().unwrap_or_else(PoisonError::into_inner) = (sequence, dropped);
         self.last_sequence.store(sequence, Relaxed);
         let Some(payload) = payload.filter(|p| p.len() as u64 <= self.capacity) else {
             return;
@@ -81,6 +94,14 @@ impl Ring {
         self.counters.replay_buffer_bytes.store(*bytes, Relaxed);
         let oldest = messages.front().map_or(0, |(s, _)| *s);
         self.counters.replay_oldest_sequence.store(oldest, Relaxed);
+    }
+
+    /// The last sequence taken now, by a message or by an event dropped before it was sent,
+    /// given `dropped_events` read now: every message after it holds events of calls made
+    /// later or of calls whose message was not sent yet.
+    pub(crate) fn sequence_taken(&self, dropped_now: u64) -> u64 {
+        let (sequence, dropped) = *self.numbered.lock().unwrap_or_else(PoisonError::into_inner);
+        sequence + dropped_now.saturating_sub(dropped)
     }
 
     /// Up to `max` held messages with sequences from `from` through `through`.
@@ -110,6 +131,26 @@ pub(crate) struct Identity {
     pub(crate) dp_rank: u32,
 }
 
+/// Where snapshots come from: the master's object source, once registered, and what a
+/// snapshot needs besides.
+pub(crate) struct Snapshots {
+    pub(crate) source: Arc<SourceSlot>,
+    pub(crate) context: snapshot::Context,
+}
+
+/// The object source the master registered, if any.
+pub(crate) type SourceSlot = RwLock<Option<Arc<dyn ObjectSource>>>;
+
+/// The snapshot under way: its requester, its thread's messages, the one the socket did not
+/// take yet.
+struct Running {
+    peer: Vec<u8>,
+    pieces: Receiver<Piece>,
+    held: Option<Piece>,
+    stalled_since: Option<Instant>,
+    thread: JoinHandle<()>,
+}
+
 /// One replay under way.
 #[derive(Debug)]
 struct Replay {
@@ -135,6 +176,7 @@ impl Server {
         endpoint: String,
         ring: Arc<Ring>,
         identity: Identity,
+        snapshots: Snapshots,
     ) -> std::io::Result<Server> {
         let stop = Arc::new(AtomicBool::new(false));
         let serving = Serving {
@@ -143,6 +185,9 @@ impl Server {
             ring,
             identity,
             replays: Vec::new(),
+            snapshots,
+            snapshot: None,
+            finishing: Vec::new(),
             stop: Arc::clone(&stop),
         };
         let thread = thread::Builder::new()
@@ -185,6 +230,10 @@ struct Serving {
     counters: Arc<PeerCounters>,
     identity: Identity,
     replays: Vec<Replay>,
+    snapshots: Snapshots,
+    snapshot: Option<Running>,
+    /// Threads of snapshots that ended or were given up, joined once they return.
+    finishing: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -193,7 +242,8 @@ struct Serving {
 enum Request {
     Replay(u64),
     Info,
-    Snapshot,
+    /// Of one tenant (as on the wire), or of every one.
+    Snapshot(Option<Vec<u8>>),
     Bad(String),
 }
 
@@ -210,7 +260,11 @@ impl Request {
         }
         match (verb.as_slice(), rest) {
             // "snapshot" is 8 bytes too; as a start sequence it would be 8.3e18.
-            (b"snapshot", [] | [_]) => Request::Snapshot,
+            (b"snapshot", []) => Request::Snapshot(None),
+            (b"snapshot", [tenant]) if tenant.is_empty() => Request::Bad(
+                "an empty tenant_id: the stream names the master's empty tenant \"default\"".into(),
+            ),
+            (b"snapshot", [tenant]) => Request::Snapshot(Some(tenant.clone())),
             (b"info", []) => Request::Info,
             (seq, []) if seq.len() == 8 => {
                 Request::Replay(u64::from_be_bytes(seq.try_into().unwrap_or_default()))
@@ -228,7 +282,7 @@ impl Request {
 impl Serving {
     fn run(mut self) {
         while !self.stop.load(Relaxed) {
-            let wait = if self.replays.is_empty() {
+            let wait = if self.replays.is_empty() && self.snapshot.is_none() {
                 IDLE_POLL
             } else {
                 Duration::from_millis(1)
@@ -240,6 +294,15 @@ impl Serving {
                 }
             }
             self.advance();
+            self.advance_snapshot();
+            self.finishing.retain(|t| !t.is_finished());
+        }
+        // A snapshot's source sees it abandoned at its next object, and returns.
+        if let Some(running) = self.snapshot.take() {
+            self.finishing.push(running.thread);
+        }
+        for thread in self.finishing.drain(..) {
+            let _ = thread.join();
         }
     }
 
@@ -271,13 +334,9 @@ impl Serving {
                 let info = self.info();
                 self.reply(&peer, b"info", &info);
             }
-            Request::Snapshot => {
+            Request::Snapshot(scope) => {
                 self.counters.replay_requests.fetch_add(1, Relaxed);
-                self.reply(
-                    &peer,
-                    b"error",
-                    b"snapshots are not available from this publisher",
-                );
+                self.start_snapshot(peer, scope);
             }
             Request::Bad(why) => {
                 self.counters.bad_requests.fetch_add(1, Relaxed);
@@ -311,8 +370,97 @@ impl Serving {
         let _ = rmp::encode::write_str(&mut out, "backend_id");
         let _ = rmp::encode::write_str(&mut out, &id.backend_id);
         let _ = rmp::encode::write_str(&mut out, "snapshots");
-        let _ = rmp::encode::write_bool(&mut out, false);
+        let _ = rmp::encode::write_bool(&mut out, self.source().is_some());
         out
+    }
+
+    fn source(&self) -> Option<Arc<dyn ObjectSource>> {
+        let slot = self.snapshots.source.read();
+        slot.unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    fn start_snapshot(&mut self, peer: Vec<u8>, scope: Option<Vec<u8>>) {
+        if self.snapshot.is_some() {
+            let busy = b"busy: a snapshot is under way, ask again when it ends";
+            return self.reply(&peer, b"error", busy);
+        }
+        let Some(source) = self.source() else {
+            let none = b"snapshots are not available: the master registered no object source";
+            return self.reply(&peer, b"error", none);
+        };
+        match snapshot::start(source, scope, &self.snapshots.context) {
+            Ok((pieces, thread)) => {
+                self.snapshot = Some(Running {
+                    peer,
+                    pieces,
+                    held: None,
+                    stalled_since: None,
+                    thread,
+                });
+            }
+            Err(e) => {
+                let why = format!("cannot start the thread kv-events-snapshot: {e}");
+                self.reply(&peer, b"error", why.as_bytes());
+            }
+        }
+    }
+
+    /// Sends what the snapshot under way has ready; ends it after its last message, or when
+    /// its requester is gone or has read nothing for [`STALLED_FOR`].
+    fn advance_snapshot(&mut self) {
+        let Some(running) = &mut self.snapshot else {
+            return;
+        };
+        let ended = loop {
+            let piece = match running
+                .held
+                .take()
+                .map_or_else(|| running.pieces.try_recv(), Ok)
+            {
+                Ok(piece) => piece,
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => break false,
+            };
+            let (verb, body): (&[u8], &[u8]) = match &piece {
+                Piece::Batch(payload) => (b"snapshot", payload),
+                Piece::End(map, _) => (b"snapshot-end", map),
+                Piece::Failed(why) => (b"error", why.as_bytes()),
+            };
+            let frames = [&running.peer[..], b"", verb, body];
+            match self.socket.send_multipart(frames, zmq::DONTWAIT) {
+                Ok(()) => running.stalled_since = None,
+                Err(zmq::Error::EAGAIN) => {
+                    running.held = Some(piece);
+                    let since = *running.stalled_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() < STALLED_FOR {
+                        return;
+                    }
+                    break false;
+                }
+                // The requester is gone (EHOSTUNREACH).
+                Err(_) => break false,
+            }
+            match piece {
+                Piece::Batch(_) => {}
+                Piece::End(_, objects) => {
+                    self.counters.snapshots_served.fetch_add(1, Relaxed);
+                    self.counters.snapshot_objects.fetch_add(objects, Relaxed);
+                    break true;
+                }
+                Piece::Failed(_) => break true,
+            }
+        };
+        if !ended {
+            self.counters.snapshots_abandoned.fetch_add(1, Relaxed);
+            log(
+                Level::Warn,
+                "gave up a snapshot: its requester left or read nothing for 5 s",
+            );
+        }
+        // Dropping the receiver tells the source, at its next object, to stop.
+        if let Some(running) = self.snapshot.take() {
+            self.finishing.push(running.thread);
+        }
     }
 
     /// Sends the next slice of every replay under way; ends the finished and the abandoned.
@@ -393,11 +541,11 @@ mod tests {
         assert_eq!(Request::parse(&frames(&[b"", b"info"])), Request::Info);
         assert_eq!(
             Request::parse(&frames(&[b"", b"snapshot"])),
-            Request::Snapshot
+            Request::Snapshot(None)
         );
         assert_eq!(
             Request::parse(&frames(&[b"", b"snapshot", b"tenant"])),
-            Request::Snapshot
+            Request::Snapshot(Some(b"tenant".to_vec()))
         );
         for bad in [
             frames(&[]),
@@ -406,6 +554,8 @@ mod tests {
             frames(&[b"", b"inf0"]),
             frames(&[b"", b"info", b"extra"]),
             frames(&[b"", &[0u8; 7]]),
+            frames(&[b"", b"snapshot", b""]),
+            frames(&[b"", b"snapshot", b"a", b"b"]),
         ] {
             assert!(matches!(Request::parse(&bad), Request::Bad(_)), "{bad:?}");
         }
@@ -415,7 +565,7 @@ mod tests {
     fn the_ring_keeps_the_newest_within_its_bytes() {
         let ring = Ring::new(10, Arc::default());
         for sequence in 1..=5 {
-            ring.sent(sequence, Some(&[sequence as u8; 3]));
+            ring.sent(sequence, 0, Some(&[sequence as u8; 3]));
         }
         // 3 messages of 3 bytes fit in 10.
         let held: Vec<u64> = ring.slice(0, u64::MAX, 100).iter().map(|m| m.0).collect();
@@ -423,12 +573,14 @@ mod tests {
         assert_eq!(ring.oldest(), 3);
         assert_eq!(ring.counters.replay_buffer_bytes.load(Relaxed), 9);
         // A failed send takes its number but leaves nothing to replay.
-        ring.sent(6, None);
+        ring.sent(6, 0, None);
         assert_eq!(ring.last_sequence.load(Relaxed), 6);
         let from_4: Vec<u64> = ring.slice(4, 6, 1).iter().map(|m| m.0).collect();
         assert_eq!(from_4, [4]);
         // A payload larger than the whole buffer is not kept.
-        ring.sent(7, Some(&[0; 11]));
+        ring.sent(7, 0, Some(&[0; 11]));
         assert_eq!(ring.oldest(), 3);
+        // Two events dropped since message 7 was numbered take 8 and 9.
+        assert_eq!(ring.sequence_taken(2), 9);
     }
 }

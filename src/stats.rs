@@ -65,6 +65,12 @@ pub struct Stats {
     pub replay_buffer_bytes: u64,
     /// The oldest sequence a replay can send now; 0 when the buffer is empty.
     pub replay_oldest_sequence: u64,
+    /// Snapshots sent whole, each ended by its `snapshot-end`.
+    pub snapshots_served: u64,
+    /// Snapshots given up: the requester stopped reading, or the publisher stopped.
+    pub snapshots_abandoned: u64,
+    /// Objects the snapshots sent whole held.
+    pub snapshot_objects: u64,
 }
 
 /// The counters behind [`Stats`], shared by the callers and the publishing thread.
@@ -99,6 +105,9 @@ pub(crate) struct PeerCounters {
     pub(crate) replays_abandoned: AtomicU64,
     pub(crate) replay_buffer_bytes: AtomicU64,
     pub(crate) replay_oldest_sequence: AtomicU64,
+    pub(crate) snapshots_served: AtomicU64,
+    pub(crate) snapshots_abandoned: AtomicU64,
+    pub(crate) snapshot_objects: AtomicU64,
 }
 
 impl Counters {
@@ -136,6 +145,9 @@ impl Counters {
             replays_abandoned: peers.replays_abandoned.load(Relaxed),
             replay_buffer_bytes: peers.replay_buffer_bytes.load(Relaxed),
             replay_oldest_sequence: peers.replay_oldest_sequence.load(Relaxed),
+            snapshots_served: peers.snapshots_served.load(Relaxed),
+            snapshots_abandoned: peers.snapshots_abandoned.load(Relaxed),
+            snapshot_objects: peers.snapshot_objects.load(Relaxed),
         }
     }
 }
@@ -151,7 +163,7 @@ impl Stats {
 /// type, help, and the field it reads.
 type Metric = (&'static str, &'static str, &'static str, fn(&Stats) -> u64);
 
-const METRICS: [Metric; 21] = [
+const METRICS: [Metric; 24] = [
     (
         "enabled",
         "gauge",
@@ -278,6 +290,24 @@ const METRICS: [Metric; 21] = [
         "Oldest sequence a replay can send; 0 when the buffer is empty.",
         |s| s.replay_oldest_sequence,
     ),
+    (
+        "snapshots_served_total",
+        "counter",
+        "Snapshots sent whole on the replay socket.",
+        |s| s.snapshots_served,
+    ),
+    (
+        "snapshots_abandoned_total",
+        "counter",
+        "Snapshots given up because the requester stopped reading or the publisher stopped.",
+        |s| s.snapshots_abandoned,
+    ),
+    (
+        "snapshot_objects_total",
+        "counter",
+        "Objects held by the snapshots sent whole.",
+        |s| s.snapshot_objects,
+    ),
 ];
 
 impl Stats {
@@ -322,7 +352,7 @@ mod tests {
         assert_eq!(json["enabled"], true);
         assert_eq!(json["dropped_events"], 3);
         assert_eq!(json["queue_capacity"], 64);
-        assert_eq!(json.as_object().unwrap().len(), 22);
+        assert_eq!(json.as_object().unwrap().len(), 25);
     }
 
     #[test]

@@ -258,7 +258,11 @@ impl Worker {
             })
             .and_then(|()| self.socket.send(&self.payload[..], 0));
         if let Some(ring) = &self.ring {
-            ring.sent(self.sequence, sent.is_ok().then_some(&self.payload[..]));
+            ring.sent(
+                self.sequence,
+                self.dropped_seen,
+                sent.is_ok().then_some(&self.payload[..]),
+            );
         }
         match sent {
             Ok(()) => {

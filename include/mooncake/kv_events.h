@@ -35,6 +35,7 @@
 #include <initializer_list>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -178,6 +179,9 @@ struct Stats {
   uint64_t replays_abandoned = 0;     // replays given up: the requester stopped reading
   uint64_t replay_buffer_bytes = 0;   // bytes of payloads the replay buffer holds
   uint64_t replay_oldest_sequence = 0; // oldest sequence a replay can send, 0 when none
+  uint64_t snapshots_served = 0;     // snapshots sent whole, each ended by snapshot-end
+  uint64_t snapshots_abandoned = 0;  // snapshots given up: requester gone or not reading
+  uint64_t snapshot_objects = 0;     // objects held by the snapshots sent whole
 };
 
 // How much a log line matters.
@@ -224,6 +228,34 @@ inline void set_log_sink(std::function<void(LogLevel, std::string_view)> sink) {
 }
 
 class Publisher;
+
+// A snapshot under way (on the replay socket): the master's object source adds to it every
+// object readable now.
+class Snapshot {
+ public:
+  // Adds one readable object: a `stored` event for each medium of `media`; an empty
+  // `object_key` is left out, as on the stream. False once the snapshot was given up (its
+  // requester left or stopped reading, or the publisher is stopping): return from the source.
+  bool add(std::string_view tenant_id, std::string_view object_key, std::string_view group_id,
+           MediumSet media) noexcept {
+    return kv_events_snapshot_add(snapshot_, tenant_id.data(), tenant_id.size(),
+                                  object_key.data(), object_key.size(), group_id.data(),
+                                  group_id.size(), media.bits()) == KV_EVENTS_OK;
+  }
+
+ private:
+  friend class Publisher;
+  explicit Snapshot(kv_events_snapshot* snapshot) noexcept : snapshot_(snapshot) {}
+  kv_events_snapshot* snapshot_;
+};
+
+// Where snapshots get their objects: called with the tenant asked for (as on the wire, where
+// the master's empty tenant is "default"), or with no tenant for every tenant, on the library's
+// thread kv-events-snapshot, one snapshot at a time, never on a master thread. Copy one shard's
+// entries under its lock, release it, then add them (add may wait for the requester). A source
+// that throws fails that snapshot: its requester gets an error.
+using ObjectSource =
+    std::function<void(std::optional<std::string_view> tenant_id, Snapshot& snapshot)>;
 
 // The token of one RemoveAll: taken by begin_remove_all() before the master's loop starts,
 // passed to every on_remove_all() of that loop. A default-constructed token belongs to no
@@ -346,6 +378,9 @@ class Publisher {
     stats.replays_abandoned = s.replays_abandoned;
     stats.replay_buffer_bytes = s.replay_buffer_bytes;
     stats.replay_oldest_sequence = s.replay_oldest_sequence;
+    stats.snapshots_served = s.snapshots_served;
+    stats.snapshots_abandoned = s.snapshots_abandoned;
+    stats.snapshot_objects = s.snapshot_objects;
     return stats;
   }
 
@@ -364,6 +399,37 @@ class Publisher {
   [[nodiscard]] bool flush(std::chrono::milliseconds timeout) noexcept {
     const auto ms = std::max<std::chrono::milliseconds::rep>(timeout.count(), 0);
     return kv_events_flush(handle_, static_cast<uint64_t>(ms)) == KV_EVENTS_OK;
+  }
+
+  // Registers where snapshots get their objects (served on the replay socket,
+  // kv_events_replay_endpoint), replacing any earlier source; an empty function unregisters.
+  // The library owns its copy and destroys it once no snapshot can call it; a disabled
+  // publisher (and the stub) destroys it at once. The master must announce each change (the
+  // event calls) under the lock its source copies that object under. Throws only
+  // std::bad_alloc.
+  void set_object_source(ObjectSource source) {
+    if (!source) {
+      kv_events_set_object_source(handle_, nullptr, nullptr, nullptr);
+      return;
+    }
+    auto* owned = new ObjectSource(std::move(source));
+    const int status = kv_events_set_object_source(
+        handle_,
+        [](void* context, const char* tenant_id, size_t tenant_id_len,
+           kv_events_snapshot* snapshot) -> int {
+          std::optional<std::string_view> tenant;
+          if (tenant_id != nullptr) tenant.emplace(tenant_id, tenant_id_len);
+          Snapshot objects(snapshot);
+          // Nothing the master's source throws may unwind into the library.
+          try {
+            (*static_cast<ObjectSource*>(context))(tenant, objects);
+            return 0;
+          } catch (...) {
+            return -1;
+          }
+        },
+        owned, [](void* context) { delete static_cast<ObjectSource*>(context); });
+    if (status == KV_EVENTS_ERR_NO_MEMORY) throw std::bad_alloc();
   }
 
   // Stops accepting calls, sends what is queued within the bounded linger and joins the

@@ -73,7 +73,10 @@ typedef enum kv_events_status {
    * (the time ran out, queued events were dropped, or the publisher is shut down). */
   KV_EVENTS_ERR_NOT_FLUSHED = 5,
   /* Anything else that went wrong inside the library; the error text says what. */
-  KV_EVENTS_ERR_INTERNAL = 6
+  KV_EVENTS_ERR_INTERNAL = 6,
+  /* kv_events_snapshot_add: the snapshot was given up (its requester left or stopped reading,
+   * or the publisher is stopping); the object source should return. */
+  KV_EVENTS_ERR_ABANDONED = 7
 } kv_events_status;
 
 /* The bits of a media set. */
@@ -187,6 +190,9 @@ typedef struct kv_events_stats {
   uint64_t replays_abandoned;       /* replays given up: the requester stopped reading */
   uint64_t replay_buffer_bytes;     /* bytes of payloads the replay buffer holds */
   uint64_t replay_oldest_sequence;  /* oldest sequence a replay can send, 0 when none */
+  uint64_t snapshots_served;        /* snapshots sent whole, each ended by snapshot-end */
+  uint64_t snapshots_abandoned;     /* snapshots given up: requester gone or not reading */
+  uint64_t snapshot_objects;        /* objects held by the snapshots sent whole */
 } kv_events_stats;
 
 /* Writes the counters into the first `stats_size` bytes of *stats (sizeof(kv_events_stats)). */
@@ -214,6 +220,41 @@ MOONCAKE_KV_EVENTS_API int kv_events_flush(kv_events_publisher* publisher, uint6
  * the publishing thread; later calls do nothing and are counted as dropped. Idempotent. NULL
  * does nothing. */
 MOONCAKE_KV_EVENTS_API void kv_events_shutdown(kv_events_publisher* publisher);
+
+/* A snapshot under way: the object source adds the master's objects to it. */
+typedef struct kv_events_snapshot kv_events_snapshot;
+
+/* The master's object source, for snapshots on the replay socket (kv_events_replay_endpoint).
+ * Adds to `snapshot`, with kv_events_snapshot_add, every object readable now: of the tenant
+ * `tenant_id` (`tenant_id_len` bytes, as on the wire, where the empty tenant is "default"), or
+ * of every tenant when tenant_id is NULL; the library leaves out what is not in the scope
+ * anyway. Returns 0, or any other value when it failed (the requester gets an error).
+ * Called on the library's thread kv-events-snapshot, one snapshot at a time, never on a master
+ * thread. It should copy one shard's entries under that shard's lock, release the lock, then add
+ * them: kv_events_snapshot_add may wait for the requester to read. The master must announce
+ * each change (the event calls) under the lock the source copies under. */
+typedef int (*kv_events_object_source_fn)(void* context, const char* tenant_id,
+                                          size_t tenant_id_len, kv_events_snapshot* snapshot);
+
+/* Registers the publisher's object source, replacing any earlier one; a NULL `source`
+ * unregisters (snapshot requests are then answered with an error saying so). `release`, when not
+ * NULL, is called once with `context` when the library will never call this source again
+ * (replaced, unregistered or the publisher destroyed, and no snapshot running it), at once for a
+ * disabled publisher or in the stub. */
+MOONCAKE_KV_EVENTS_API int kv_events_set_object_source(kv_events_publisher* publisher,
+                                                       kv_events_object_source_fn source,
+                                                       void* context,
+                                                       void (*release)(void* context));
+
+/* Adds one readable object to `snapshot`: a `stored` event for each medium in `media`. An empty
+ * object key is left out, as on the stream. Returns KV_EVENTS_OK; KV_EVENTS_ERR_ABANDONED once
+ * the snapshot was given up (return from the source); KV_EVENTS_ERR_INVALID_ARGUMENT for a NULL
+ * snapshot or a NULL string with a non-zero length. */
+MOONCAKE_KV_EVENTS_API int kv_events_snapshot_add(kv_events_snapshot* snapshot,
+                                                  const char* tenant_id, size_t tenant_id_len,
+                                                  const char* object_key, size_t object_key_len,
+                                                  const char* group_id, size_t group_id_len,
+                                                  uint8_t media);
 
 /* How much a log line matters. */
 typedef enum kv_events_log_level {

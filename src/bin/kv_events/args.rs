@@ -246,9 +246,16 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "PATH", requires = "curve_secret_key", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) curve_allow: Option<PathBuf>,
-    /// Serve info and replays on this endpoint too (the master's kv_events_replay_endpoint)
-    #[arg(long, value_name = "E", value_parser = NonEmptyStringValueParser::new())]
+    /// Serve info, replays and snapshots on this endpoint too (kv_events_replay_endpoint)
+    ///
+    /// The model master is the publisher's object source: a subscriber that joins mid-run
+    /// takes a snapshot and converges (kv-events mirror).
+    #[arg(long, value_name = "E", verbatim_doc_comment,
+          value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoint: Option<String>,
+    /// Make at most this many calls a second, so that the workload lasts (default: flat out)
+    #[arg(long, value_name = "CALLS_PER_S", value_parser = calls_per_second)]
+    pub(crate) rate: Option<f64>,
     /// Messages held for a subscriber that has not read them (kv_events_send_hwm)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) send_hwm: Option<u32>,
@@ -345,6 +352,13 @@ fn seconds(value: &str) -> Result<Duration, String> {
         .ok()
         .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
         .ok_or_else(|| "wants seconds, e.g. 5 or 0.5".into())
+}
+
+fn calls_per_second(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err("wants a number of calls a second above 0, e.g. 200 or 0.5".into()),
+    }
 }
 
 fn more_than_zero_seconds(value: &str) -> Result<Duration, String> {

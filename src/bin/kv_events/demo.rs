@@ -109,7 +109,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
     thread::sleep(args.wait);
 
     let started = Instant::now();
-    let master = master::run(&publisher, args.objects);
+    let master = master::run(&publisher, args.objects, args.rate);
     let flushed = publisher.flush(FLUSH_TIMEOUT);
     let published = publisher.stats().published_events;
     // If the watcher already stopped, it said why; the send failing adds nothing.
@@ -412,12 +412,13 @@ struct IndexDump {
 fn dump_index(path: &Path, master: &Master<'_>, stats: &Stats) -> io::Result<usize> {
     let mut objects: Vec<_> = master
         .holdings()
+        .into_iter()
         .map(|(tenant, key, media)| {
             let tenant = if tenant.is_empty() { "default" } else { tenant };
             (
                 BACKEND_ID.to_owned(),
                 tenant.to_owned(),
-                rendered_key(key),
+                rendered_key(&key),
                 media.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
             )
         })

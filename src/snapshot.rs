@@ -1,0 +1,318 @@
+//! Snapshots: every object readable now, for a subscriber that joins late or lost its way.
+//!
+//! The publisher keeps no per-object state, so the master registers an [`ObjectSource`]
+//! that enumerates what it holds. A snapshot runs on a thread of its own,
+//! `kv-events-snapshot` (never a master thread, never the publishing thread), one at a time
+//! per publisher. The source adds objects to [`Objects`], which writes them as the stream
+//! would (`stored` events, one per medium, at most 64 a message, an event whose strings are
+//! not UTF-8 alone in its message, the configured context and legacy fields) and hands each
+//! message to the replay thread through a bounded channel, at most
+//! [`MESSAGES_PER_SECOND`]: the libzmq I/O thread and the cores stay with the live stream,
+//! and a requester that reads slowly makes `add` wait, never a master's caller.
+//!
+//! Why applying a snapshot, then every stream message numbered above its `sequence` S, gives
+//! the master's state: S is taken before the source reads anything, and counts the numbers
+//! that drops before that moment reserved. The master changes an object and makes the call
+//! that announces it under the same lock that the source takes to copy the object out. A
+//! change the source saw was announced by a message that is either at most S (sent before
+//! the snapshot began, so already in the state the snapshot shows) or above S (applied
+//! again; events are absolute, so applying one again changes nothing). A change the source
+//! did not see came after it copied that object, so after the snapshot began: its message is
+//! above S, and applying it brings the object up to date. A message above S that was lost is
+//! a gap the subscriber sees.
+
+use crate::config::Config;
+use crate::encode::{needs_own_message, Encoder, DEFAULT_TENANT, MAX_BATCH_EVENTS};
+use crate::event::{Event, EventKind};
+use crate::media::{Medium, MediumSet};
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The pace of a snapshot's messages: 5000 a second, up to 320 000 objects on one medium.
+pub(crate) const MESSAGES_PER_SECOND: u32 = 5000;
+/// Messages written ahead of what the requester's socket took: with 64 events of a few
+/// hundred bytes each, a few MiB at most.
+const AHEAD: usize = 256;
+
+/// Where a snapshot's objects come from: the master's metadata.
+///
+/// [`objects`](ObjectSource::objects) is called on the library's thread
+/// `kv-events-snapshot`, one snapshot at a time. It should copy the entries of one part of
+/// the metadata (a shard) under that part's lock, release the lock, then add them: [`add`]
+/// may wait for the requester to read, and a lock held meanwhile would stall the master.
+/// The changes the master announces must be made under the locks the source copies under,
+/// so that each object is seen either before or after a change, not in the middle.
+///
+/// [`add`]: Objects::add
+pub trait ObjectSource: Send + Sync {
+    /// Adds every object readable now, of `tenant` only when given (its `tenant_id` as on
+    /// the wire; objects of other tenants are left out by the library anyway). Stops when
+    /// [`Objects::add`] says the snapshot was abandoned. An error is sent to the requester.
+    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String>;
+}
+
+impl<F> ObjectSource for F
+where
+    F: Fn(Option<&[u8]>, &mut Objects) -> Result<(), String> + Send + Sync,
+{
+    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String> {
+        self(tenant, objects)
+    }
+}
+
+/// The snapshot was given up (its requester stopped reading or left, or the publisher is
+/// stopping): the source should return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Abandoned;
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the snapshot was abandoned")
+    }
+}
+
+impl std::error::Error for Abandoned {}
+
+/// What a snapshot thread hands the replay thread.
+#[derive(Debug)]
+pub(crate) enum Piece {
+    /// A `snapshot` message's payload.
+    Batch(Vec<u8>),
+    /// The `snapshot-end` map, with the number of objects sent.
+    End(Vec<u8>, u64),
+    /// The text of an `error` reply: the source failed.
+    Failed(String),
+}
+
+/// One `stored` event waiting for its message; its strings are in [`Objects::bytes`].
+#[derive(Debug)]
+struct Pending {
+    medium: Medium,
+    tenant: Range<usize>,
+    key: Range<usize>,
+    group: Range<usize>,
+}
+
+/// The objects of one snapshot under way, as the source adds them.
+#[derive(Debug)]
+pub struct Objects {
+    scope: Option<Vec<u8>>,
+    emit_object_key: bool,
+    encoder: Encoder,
+    pending: Vec<Pending>,
+    bytes: Vec<u8>,
+    out: SyncSender<Piece>,
+    pace: Pace,
+    objects: u64,
+    events: u64,
+    abandoned: bool,
+}
+
+impl Objects {
+    /// Adds one readable object: a `stored` event for each medium of `media`. An empty key
+    /// is left out, as on the stream. `Err(Abandoned)` once the snapshot was given up.
+    pub fn add(
+        &mut self,
+        tenant: &[u8],
+        key: &[u8],
+        group: &[u8],
+        media: MediumSet,
+    ) -> Result<(), Abandoned> {
+        if self.abandoned {
+            return Err(Abandoned);
+        }
+        let wire_tenant = if tenant.is_empty() {
+            DEFAULT_TENANT
+        } else {
+            tenant
+        };
+        let in_scope = self.scope.as_deref().is_none_or(|s| s == wire_tenant);
+        if !in_scope || key.is_empty() || media.is_empty() || !self.emit_object_key {
+            return Ok(());
+        }
+        self.objects += 1;
+        let alone = needs_own_message(tenant, key, group);
+        for medium in media.iter() {
+            if alone || self.pending.len() == MAX_BATCH_EVENTS {
+                self.send_pending()?;
+            }
+            let mut keep = |s: &[u8]| {
+                let start = self.bytes.len();
+                self.bytes.extend_from_slice(s);
+                start..self.bytes.len()
+            };
+            let (tenant, key, group) = (keep(tenant), keep(key), keep(group));
+            self.pending.push(Pending {
+                medium,
+                tenant,
+                key,
+                group,
+            });
+            if alone {
+                self.send_pending()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send_pending(&mut self) -> Result<(), Abandoned> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let bytes = &self.bytes;
+        let events = self.pending.iter().map(|p| Event {
+            kind: EventKind::Stored,
+            medium: Some(p.medium),
+            tenant: &bytes[p.tenant.clone()],
+            key: &bytes[p.key.clone()],
+            group: &bytes[p.group.clone()],
+        });
+        let mut payload = Vec::with_capacity(self.bytes.len() + 64 * self.pending.len() + 16);
+        self.encoder
+            .encode_batch(now_ms(), self.pending.len(), events, &mut payload);
+        self.events += self.pending.len() as u64;
+        self.pending.clear();
+        self.bytes.clear();
+        self.pace.wait();
+        self.out.send(Piece::Batch(payload)).map_err(|_| {
+            self.abandoned = true;
+            Abandoned
+        })
+    }
+}
+
+/// Spaces messages [`MESSAGES_PER_SECOND`] apart on average, allowing a short burst.
+#[derive(Debug)]
+struct Pace {
+    started: Instant,
+    sent: u64,
+}
+
+impl Pace {
+    fn wait(&mut self) {
+        self.sent += 1;
+        let due = Duration::from_secs(self.sent) / MESSAGES_PER_SECOND;
+        if let Some(early) = due.checked_sub(self.started.elapsed()) {
+            // Sleeping under a millisecond costs more than it spaces.
+            if early >= Duration::from_millis(2) {
+                thread::sleep(early);
+            }
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// What a snapshot needs besides its source and scope.
+#[derive(Clone)]
+pub(crate) struct Context {
+    pub(crate) config: Arc<Config>,
+    pub(crate) incarnation: u64,
+    /// The S of a snapshot starting now: see the module's documentation.
+    pub(crate) sequence_now: Arc<dyn Fn() -> u64 + Send + Sync>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("incarnation", &self.incarnation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts a snapshot of `scope` (every tenant when `None`) from `source` on the thread
+/// `kv-events-snapshot`; its messages come out of the returned receiver, the last one an
+/// [`Piece::End`] or a [`Piece::Failed`]. Dropping the receiver abandons it.
+pub(crate) fn start(
+    source: Arc<dyn ObjectSource>,
+    scope: Option<Vec<u8>>,
+    context: &Context,
+) -> std::io::Result<(Receiver<Piece>, JoinHandle<()>)> {
+    let (out, pieces) = sync_channel(AHEAD);
+    let context = context.clone();
+    let thread = thread::Builder::new()
+        .name("kv-events-snapshot".into())
+        .spawn(move || run(&*source, scope, &context, out))?;
+    Ok((pieces, thread))
+}
+
+fn run(
+    source: &dyn ObjectSource,
+    scope: Option<Vec<u8>>,
+    context: &Context,
+    out: SyncSender<Piece>,
+) {
+    let sequence = (context.sequence_now)();
+    let mut objects = Objects {
+        scope: scope.clone(),
+        emit_object_key: context.config.emit_object_key,
+        encoder: Encoder::new(&context.config),
+        pending: Vec::with_capacity(MAX_BATCH_EVENTS),
+        bytes: Vec::new(),
+        out: out.clone(),
+        pace: Pace {
+            started: Instant::now(),
+            sent: 0,
+        },
+        objects: 0,
+        events: 0,
+        abandoned: false,
+    };
+    // The master's empty tenant goes on the wire as "default", so a snapshot of "default"
+    // asks the source for everything and keeps what the wire would call "default".
+    let hint = scope.as_deref().filter(|s| *s != DEFAULT_TENANT);
+    let enumerated = catch_unwind(AssertUnwindSafe(|| source.objects(hint, &mut objects)));
+    let last = match enumerated {
+        Ok(Ok(())) => match objects.send_pending() {
+            Ok(()) => Piece::End(
+                end_map(sequence, &objects, context.incarnation, scope.as_deref()),
+                objects.objects,
+            ),
+            Err(Abandoned) => return,
+        },
+        Ok(Err(_)) if objects.abandoned => return,
+        Ok(Err(why)) => Piece::Failed(format!("the object source failed: {why}")),
+        Err(_) => Piece::Failed("the object source panicked".into()),
+    };
+    let _ = out.send(last);
+}
+
+/// The `snapshot-end` map: `sequence`, `objects`, `events`, `incarnation` and `tenant` (nil
+/// for every tenant).
+fn end_map(sequence: u64, objects: &Objects, incarnation: u64, scope: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96);
+    // Writing to a Vec cannot fail.
+    let _ = rmp::encode::write_map_len(&mut out, 5);
+    for (key, value) in [
+        ("sequence", sequence),
+        ("objects", objects.objects),
+        ("events", objects.events),
+        ("incarnation", incarnation),
+    ] {
+        let _ = rmp::encode::write_str(&mut out, key);
+        let _ = rmp::encode::write_uint(&mut out, value);
+    }
+    let _ = rmp::encode::write_str(&mut out, "tenant");
+    match scope {
+        None => {
+            let _ = rmp::encode::write_nil(&mut out);
+        }
+        Some(tenant) => match std::str::from_utf8(tenant) {
+            Ok(text) => {
+                let _ = rmp::encode::write_str(&mut out, text);
+            }
+            Err(_) => {
+                let _ = rmp::encode::write_bin(&mut out, tenant);
+            }
+        },
+    }
+    out
+}

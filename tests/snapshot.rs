@@ -1,0 +1,417 @@
+//! Snapshots on the replay socket: what a subscriber that applies one, then the stream after
+//! its sequence, ends up holding, compared with the master's truth; and what the socket does
+//! with requests it cannot serve.
+
+mod common;
+
+use common::{eventually, raw_subscriber, tcp_endpoint};
+use mooncake_kv_events::watch::{decode_message, field};
+use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
+use rmpv::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+type Object = (Vec<u8>, Vec<u8>);
+
+/// A master in miniature: sharded metadata whose every change is announced under the lock of
+/// its shard, and an object source that copies one shard at a time under that lock.
+struct Master {
+    publisher: Publisher,
+    shards: Vec<Mutex<HashMap<Object, MediumSet>>>,
+}
+
+impl Master {
+    fn new(publisher: Publisher) -> Arc<Master> {
+        let master = Arc::new(Master {
+            publisher,
+            shards: (0..8).map(|_| Mutex::default()).collect(),
+        });
+        let source = Arc::clone(&master);
+        master
+            .publisher
+            .set_object_source(move |tenant: Option<&[u8]>, objects: &mut Objects| {
+                source.objects(tenant, objects)
+            });
+        master
+    }
+
+    fn shard(&self, object: &Object) -> &Mutex<HashMap<Object, MediumSet>> {
+        let hash = object.1.iter().fold(0usize, |h, b| h * 31 + *b as usize);
+        &self.shards[hash % self.shards.len()]
+    }
+
+    /// Sets the media of `object`; the empty set removes it.
+    fn set(&self, object: Object, media: MediumSet) {
+        let mut shard = self.shard(&object).lock().unwrap();
+        let before = shard.get(&object).copied().unwrap_or(MediumSet::EMPTY);
+        self.publisher
+            .on_medium_delta(&object.0, &object.1, "", before, media);
+        if media.is_empty() {
+            shard.remove(&object);
+        } else {
+            shard.insert(object, media);
+        }
+    }
+
+    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String> {
+        for shard in &self.shards {
+            let copied: Vec<(Object, MediumSet)> = shard
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|((t, _), _)| tenant.is_none_or(|want| want == t.as_slice()))
+                .map(|(o, m)| (o.clone(), *m))
+                .collect();
+            for ((tenant, key), media) in copied {
+                objects
+                    .add(&tenant, &key, b"", media)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What the master holds: object → media, in order.
+    fn truth(&self) -> BTreeMap<Object, MediumSet> {
+        let mut truth = BTreeMap::new();
+        for shard in &self.shards {
+            truth.extend(shard.lock().unwrap().iter().map(|(o, m)| (o.clone(), *m)));
+        }
+        truth
+    }
+}
+
+/// A subscriber's index, built from events.
+#[derive(Default)]
+struct Index(BTreeMap<Object, MediumSet>);
+
+fn bytes_of(value: Option<&Value>) -> Vec<u8> {
+    match value {
+        Some(Value::String(s)) => s.as_bytes().to_vec(),
+        Some(Value::Binary(b)) => b.clone(),
+        other => panic!("not a string: {other:?}"),
+    }
+}
+
+impl Index {
+    fn apply(&mut self, events: &[Value]) {
+        for event in events {
+            let kind = field(event, "event_type").and_then(Value::as_str).unwrap();
+            let tenant = bytes_of(field(event, "tenant_id"));
+            if kind == "cleared" {
+                self.0.retain(|(t, _), _| *t != tenant);
+                continue;
+            }
+            let key = bytes_of(field(event, "object_key"));
+            let medium = match field(event, "medium").and_then(Value::as_str) {
+                Some("cpu") => Medium::Cpu,
+                Some("disk") => Medium::Disk,
+                other => panic!("medium {other:?}"),
+            };
+            let media = self.0.entry((tenant, key.clone())).or_default();
+            if kind == "stored" {
+                *media = media.with(medium);
+            } else {
+                *media = media.minus(MediumSet::from([medium]));
+            }
+        }
+        self.0.retain(|_, media| !media.is_empty());
+    }
+}
+
+/// A DEALER on the replay socket.
+fn dealer(endpoint: &str) -> zmq::Socket {
+    let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
+    socket.set_linger(0).unwrap();
+    socket.set_rcvtimeo(20_000).unwrap();
+    socket.connect(endpoint).unwrap();
+    socket
+}
+
+/// The end of a snapshot: its map's fields by name.
+type End = BTreeMap<String, Value>;
+
+/// Asks for a snapshot (of `tenant`, or of all) and reads it whole: its batches' events, its
+/// end map. An error reply is `Err` with its text.
+fn snapshot(socket: &zmq::Socket, tenant: Option<&[u8]>) -> Result<(Vec<Value>, End), String> {
+    let mut request: Vec<&[u8]> = vec![b"", b"snapshot"];
+    request.extend(tenant);
+    socket.send_multipart(request, 0).unwrap();
+    let mut events = Vec::new();
+    loop {
+        let frames = socket.recv_multipart(0).expect("a reply within 20 s");
+        assert_eq!(frames.len(), 3, "{frames:?}");
+        assert!(frames[0].is_empty());
+        match &frames[1][..] {
+            b"snapshot" => {
+                let batch = rmpv::decode::read_value(&mut &frames[2][..]).unwrap();
+                let parts = batch.as_array().unwrap();
+                assert_eq!(parts.len(), 3, "a batch is [timestamp, events, dp_rank]");
+                let batch_events = parts[1].as_array().unwrap();
+                assert!((1..=64).contains(&batch_events.len()));
+                events.extend(batch_events.iter().cloned());
+            }
+            b"snapshot-end" => {
+                let map = rmpv::decode::read_value(&mut &frames[2][..]).unwrap();
+                let end = map
+                    .as_map()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.as_str().unwrap().to_owned(), v.clone()))
+                    .collect();
+                return Ok((events, end));
+            }
+            b"error" => return Err(String::from_utf8_lossy(&frames[2]).into_owned()),
+            other => panic!("unexpected verb {other:?}"),
+        }
+    }
+}
+
+fn config(pub_endpoint: &str, replay_endpoint: &str) -> Config {
+    Config {
+        replay_endpoint: replay_endpoint.into(),
+        ..common::config(pub_endpoint)
+    }
+}
+
+/// A small seeded generator (xorshift64*), so that a failing seed can be run again.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+fn random_object(rng: &mut Rng) -> Object {
+    let tenant = format!("tenant-{}", rng.below(3));
+    (
+        tenant.into_bytes(),
+        format!("key-{}", rng.below(200)).into_bytes(),
+    )
+}
+
+fn random_media(rng: &mut Rng) -> MediumSet {
+    MediumSet::from_bits(rng.below(4) as u8)
+}
+
+/// A subscriber that joins while several threads keep changing the master: it takes a
+/// snapshot, then applies the stream after the snapshot's sequence, and ends with exactly the
+/// master's objects. Over many seeds, each with its own interleaving.
+#[test]
+fn a_snapshot_taken_while_the_master_changes_then_the_stream_after_it_give_the_truth() {
+    for seed in 0..12u64 {
+        let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+        let master = Master::new(
+            Publisher::create(&config(&pub_endpoint, &replay_endpoint)).expect("binds"),
+        );
+        let mut rng = Rng::new(seed);
+        for _ in 0..300 {
+            master.set(random_object(&mut rng), random_media(&mut rng));
+        }
+        // The stream first, so that nothing after the snapshot's sequence is missed.
+        let sub = raw_subscriber(&pub_endpoint, None);
+        let probe = (b"probe".to_vec(), b"probe".to_vec());
+        assert!(eventually(|| {
+            master.set(probe.clone(), MediumSet::from([Medium::Cpu]));
+            master.set(probe.clone(), MediumSet::EMPTY);
+            master.publisher.flush(Duration::from_secs(5));
+            sub.poll(zmq::POLLIN, 50).unwrap() > 0
+        }));
+
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writers: Vec<_> = (0..3)
+            .map(|w| {
+                let (master, stop) = (Arc::clone(&master), Arc::clone(&stop));
+                std::thread::spawn(move || {
+                    let mut rng = Rng::new(seed * 10 + w + 1);
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        master.set(random_object(&mut rng), random_media(&mut rng));
+                        if rng.below(8) == 0 {
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                })
+            })
+            .collect();
+        let (events, end) = snapshot(&dealer(&replay_endpoint), None).expect("a snapshot");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        assert!(master.publisher.flush(Duration::from_secs(10)));
+
+        let mut index = Index::default();
+        index.apply(&events);
+        let s = end["sequence"].as_u64().unwrap();
+        assert_eq!(end["events"].as_u64().unwrap(), events.len() as u64);
+        assert_eq!(
+            end["incarnation"].as_u64().unwrap(),
+            master.publisher.stats().incarnation
+        );
+        assert!(end["tenant"].is_nil());
+        let mut next = None;
+        for message in common::raw_messages(&sub, Duration::from_millis(500)) {
+            let (sequence, _, events, _) = decode_message(&message).unwrap();
+            if sequence <= s {
+                continue;
+            }
+            assert_eq!(
+                sequence,
+                next.unwrap_or(s + 1),
+                "seed {seed}: a gap after S={s}"
+            );
+            next = Some(sequence + 1);
+            index.apply(&events);
+        }
+        let truth = master.truth();
+        assert_eq!(
+            index.0,
+            truth,
+            "seed {seed}: S={s}, {} snapshot events",
+            events.len()
+        );
+        assert_eq!(master.publisher.stats().snapshots_served, 1);
+    }
+}
+
+#[test]
+fn a_snapshot_of_one_tenant_holds_that_tenant_only_and_default_is_the_empty_tenant() {
+    let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+    let master = Master::new(Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap());
+    let both = MediumSet::from([Medium::Cpu, Medium::Disk]);
+    master.set((b"a".to_vec(), b"k1".to_vec()), both);
+    master.set((b"b".to_vec(), b"k2".to_vec()), both);
+    master.set(
+        (b"".to_vec(), b"k3".to_vec()),
+        MediumSet::from([Medium::Disk]),
+    );
+    let socket = dealer(&replay_endpoint);
+
+    let (events, end) = snapshot(&socket, Some(b"a")).unwrap();
+    let keys: Vec<Vec<u8>> = events
+        .iter()
+        .map(|e| bytes_of(field(e, "object_key")))
+        .collect();
+    assert_eq!(
+        keys,
+        [b"k1".to_vec(), b"k1".to_vec()],
+        "one stored per medium"
+    );
+    assert_eq!(end["objects"].as_u64(), Some(1));
+    assert_eq!(end["tenant"].as_str(), Some("a"));
+    for event in &events {
+        assert_eq!(
+            field(event, "event_type").and_then(Value::as_str),
+            Some("stored")
+        );
+        assert_eq!(
+            field(event, "backend_id").and_then(Value::as_str),
+            Some("store-a")
+        );
+    }
+
+    let (events, end) = snapshot(&socket, Some(b"default")).unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(bytes_of(field(&events[0], "tenant_id")), b"default");
+    assert_eq!(end["objects"].as_u64(), Some(1));
+
+    let (events, end) = snapshot(&socket, None).unwrap();
+    assert_eq!((events.len(), end["objects"].as_u64()), (5, Some(3)));
+    assert_eq!(master.publisher.stats().snapshot_objects, 5);
+}
+
+#[test]
+fn a_snapshot_without_an_object_source_is_refused_saying_so_and_info_says_it() {
+    let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+    let publisher = Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap();
+    let socket = dealer(&replay_endpoint);
+    let err = snapshot(&socket, None).unwrap_err();
+    assert!(err.contains("no object source"), "{err}");
+    let info = |socket: &zmq::Socket| {
+        socket.send_multipart([&b""[..], b"info"], 0).unwrap();
+        let frames = socket.recv_multipart(0).unwrap();
+        let map = rmpv::decode::read_value(&mut &frames[2][..]).unwrap();
+        field(&map, "snapshots").and_then(Value::as_bool)
+    };
+    assert_eq!(info(&socket), Some(false));
+    publisher.set_object_source(|_: Option<&[u8]>, _: &mut Objects| Ok(()));
+    assert_eq!(info(&socket), Some(true));
+    let (events, end) = snapshot(&socket, None).unwrap();
+    assert_eq!((events.len(), end["objects"].as_u64()), (0, Some(0)));
+    publisher.remove_object_source();
+    assert_eq!(info(&socket), Some(false));
+}
+
+#[test]
+fn a_failing_source_gets_its_requester_an_error_and_one_snapshot_runs_at_a_time() {
+    let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+    let publisher = Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap();
+    let release = Arc::new(Mutex::new(false));
+    let held = Arc::clone(&release);
+    publisher.set_object_source(move |tenant: Option<&[u8]>, _: &mut Objects| {
+        if tenant == Some(b"broken") {
+            return Err("shard 3 is unreachable".into());
+        }
+        // Holds the snapshot open until the test lets it go.
+        let started = Instant::now();
+        while !*held.lock().unwrap() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    });
+    let err = snapshot(&dealer(&replay_endpoint), Some(b"broken")).unwrap_err();
+    assert_eq!(err, "the object source failed: shard 3 is unreachable");
+
+    let first = dealer(&replay_endpoint);
+    first.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let err = snapshot(&dealer(&replay_endpoint), None).unwrap_err();
+    assert!(err.starts_with("busy"), "{err}");
+    *release.lock().unwrap() = true;
+    let end = first.recv_multipart(0).unwrap();
+    assert_eq!(end[1], b"snapshot-end");
+    assert_eq!(publisher.stats().snapshots_served, 1);
+}
+
+/// A requester that never reads: its snapshot is given up, counted, and the source is told
+/// to stop; the publisher's memory for it is bounded by the socket's and the channel's queues.
+#[test]
+fn a_requester_that_never_reads_is_abandoned_and_the_source_told_to_stop() {
+    let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+    let publisher = Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap();
+    let told = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&told);
+    publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Objects| {
+        let both = MediumSet::from([Medium::Cpu, Medium::Disk]);
+        for i in 0..10_000_000u64 {
+            let key = format!("a-rather-long-object-key-to-fill-the-queues-{i:020}");
+            if let Err(abandoned) = objects.add(b"t", key.as_bytes(), b"g", both) {
+                *seen.lock().unwrap() = Some(i);
+                return Err(abandoned.to_string());
+            }
+        }
+        Ok(())
+    });
+    let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
+    socket.set_rcvhwm(1).unwrap();
+    socket.set_rcvbuf(4096).unwrap();
+    socket.connect(&replay_endpoint).unwrap();
+    socket.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
+    assert!(eventually(|| publisher.stats().snapshots_abandoned == 1));
+    assert!(eventually(|| told.lock().unwrap().is_some()));
+    let added = told.lock().unwrap().unwrap();
+    assert!(added < 1_000_000, "stopped after {added} objects");
+    assert_eq!(publisher.stats().snapshots_served, 0);
+    // Another requester is served at once.
+    publisher.set_object_source(|_: Option<&[u8]>, _: &mut Objects| Ok(()));
+    assert!(snapshot(&dealer(&replay_endpoint), None).is_ok());
+}
