@@ -485,6 +485,7 @@ mod tests {
                 curve_secret_key: None,
                 curve_allow: None,
                 replay_endpoint: None,
+                rate: None,
                 send_hwm: None,
                 linger: Duration::ZERO,
             }
