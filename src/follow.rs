@@ -46,8 +46,9 @@ use std::time::{Duration, Instant};
 const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
 /// The longest [`Follower::poll`] waits on its sockets before looking at its timers.
 const TICK: Duration = Duration::from_millis(20);
-/// Messages (or reply frames) read from one socket before the others get their turn.
-const READ_BATCH: usize = 4096;
+/// How long one publisher's sockets are read before the others, and the timers, get their
+/// turn: half of it for the stream, the rest for the replay socket.
+const READ_BUDGET: Duration = Duration::from_millis(20);
 
 /// One publisher to follow: its PUB endpoint, its replay endpoint, and the subscriber's CURVE
 /// keys when it speaks CURVE (used on both sockets).
@@ -659,7 +660,8 @@ impl Followed {
 
     /// Reads what the two sockets hold.
     fn read(&mut self, options: &FollowOptions, notice: &mut impl FnMut(Happened)) {
-        for _ in 0..READ_BATCH {
+        let start = Instant::now();
+        while start.elapsed() < READ_BUDGET / 2 {
             match self.subscriber.recv(Duration::ZERO) {
                 Ok(Some(batch)) => self.on_stream(batch, options, notice),
                 Ok(None) => break,
@@ -667,6 +669,8 @@ impl Followed {
                     self.counters.malformed += 1;
                     notice(Happened::Malformed(e.to_string()));
                 }
+                // A signal interrupted the wait: nothing to say.
+                Err(WatchError::Socket(zmq::Error::EINTR)) => break,
                 Err(WatchError::Refused(why)) => {
                     if self.refused.as_ref() != Some(&why) {
                         notice(Happened::Refused(why.clone()));
@@ -684,7 +688,7 @@ impl Followed {
                 }
             }
         }
-        for _ in 0..READ_BATCH {
+        while start.elapsed() < READ_BUDGET {
             match self.dealer.recv_multipart(zmq::DONTWAIT) {
                 Ok(frames) => self.on_reply(frames, options, notice),
                 Err(_) => break,
