@@ -415,3 +415,106 @@ fn a_requester_that_never_reads_is_abandoned_and_the_source_told_to_stop() {
     publisher.set_object_source(|_: Option<&[u8]>, _: &mut Objects| Ok(()));
     assert!(snapshot(&dealer(&replay_endpoint), None).is_ok());
 }
+
+#[test]
+fn bad_requests_are_answered_and_counted_and_a_storm_of_snapshots_gets_one_served() {
+    let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+    let master = Master::new(Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap());
+    let socket = dealer(&replay_endpoint);
+    let bad: [&[&[u8]]; 6] = [
+        &[b"info"],
+        &[b"", b"infos"],
+        &[b"", b"info", b"extra"],
+        &[b"", &[1, 2, 3]],
+        &[b"", b"snapshot", b""],
+        &[b"x", b"snapshot"],
+    ];
+    for request in bad {
+        socket.send_multipart(request, 0).unwrap();
+        let reply = socket.recv_multipart(0).expect("an answer");
+        assert_eq!(reply[1], b"error", "{request:?}");
+        assert!(!reply[2].is_empty());
+    }
+    assert_eq!(master.publisher.stats().bad_requests, bad.len() as u64);
+
+    // Many requesters at once, while the master keeps publishing: one snapshot is served,
+    // the others are told to come back, and the live stream goes on.
+    let sub = raw_subscriber(&pub_endpoint, None);
+    for i in 0..2000u64 {
+        master.set(
+            (b"t".to_vec(), format!("k{i}").into_bytes()),
+            MediumSet::from([Medium::Cpu]),
+        );
+    }
+    let requesters: Vec<zmq::Socket> = (0..20).map(|_| dealer(&replay_endpoint)).collect();
+    for r in &requesters {
+        r.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
+    }
+    let (mut served, mut busy) = (0, 0);
+    for r in &requesters {
+        loop {
+            let reply = r.recv_multipart(0).expect("an answer");
+            match &reply[1][..] {
+                b"snapshot" => continue,
+                b"snapshot-end" => served += 1,
+                b"error" if reply[2].starts_with(b"busy") => busy += 1,
+                other => panic!("{}", String::from_utf8_lossy(other)),
+            }
+            break;
+        }
+    }
+    assert!(
+        served >= 1 && served + busy == 20,
+        "{served} served, {busy} busy"
+    );
+    master.set(
+        (b"t".to_vec(), b"after".to_vec()),
+        MediumSet::from([Medium::Disk]),
+    );
+    assert!(master.publisher.flush(Duration::from_secs(10)));
+    assert!(eventually(|| sub.poll(zmq::POLLIN, 10).unwrap() > 0));
+    assert_eq!(master.publisher.stats().snapshots_served, served);
+}
+
+#[test]
+fn with_curve_a_requester_not_admitted_gets_nothing_from_the_replay_socket() {
+    let dir = common::TempDir::new("snapshot-curve");
+    let (server, admitted) = common::curve_keys(&dir.0, "indexer");
+    let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+    let master = Master::new(
+        Publisher::create(&Config {
+            replay_endpoint: replay_endpoint.clone(),
+            ..common::curve_config(&pub_endpoint, &dir.0)
+        })
+        .unwrap(),
+    );
+    master.set(
+        (b"t".to_vec(), b"k".to_vec()),
+        MediumSet::from([Medium::Cpu]),
+    );
+    let requester = |keys: &mooncake_kv_events::keys::KeyPair| {
+        let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
+        socket.set_linger(0).unwrap();
+        socket.set_curve_serverkey(&server.public.0).unwrap();
+        socket.set_curve_publickey(&keys.public.0).unwrap();
+        socket.set_curve_secretkey(&keys.secret.0).unwrap();
+        socket.set_rcvtimeo(20_000).unwrap();
+        socket.connect(&replay_endpoint).unwrap();
+        socket
+    };
+    let stranger = mooncake_kv_events::keys::KeyPair::generate().unwrap();
+    let refused = requester(&stranger);
+    refused.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
+    assert!(eventually(
+        || master.publisher.stats().refused_handshakes >= 1
+    ));
+    assert_eq!(
+        refused.poll(zmq::POLLIN, 500).unwrap(),
+        0,
+        "the stranger got an answer"
+    );
+
+    let (events, end) = snapshot(&requester(&admitted), None).unwrap();
+    assert_eq!((events.len(), end["objects"].as_u64()), (1, Some(1)));
+    assert_eq!(master.publisher.stats().snapshots_served, 1);
+}

@@ -585,4 +585,26 @@ std::set<Holding> Master::holdings() const {
   return out;
 }
 
+void Master::add_objects(std::optional<std::string_view> tenant,
+                         kv::Snapshot& snapshot) const {
+  struct Copied {
+    std::string tenant, key, group;
+    kv::MediumSet media;
+  };
+  for (const auto& s : shards_) {
+    std::vector<Copied> copied;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      for (const auto& [id, object] : s->objects) {
+        const std::string_view wire = id.first.empty() ? "default" : id.first;
+        if (tenant && *tenant != wire) continue;
+        copied.push_back({id.first, id.second, object.group, completed_media(object)});
+      }
+    }
+    for (const Copied& c : copied) {
+      if (!snapshot.add(c.tenant, c.key, c.group, c.media)) return;
+    }
+  }
+}
+
 }  // namespace master_model

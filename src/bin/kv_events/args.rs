@@ -633,11 +633,13 @@ mod tests {
                 curve_secret_key: None,
                 curve_allow: None,
                 replay_endpoint: None,
-                rate: None,
                 send_hwm: None,
+                rate: None,
                 linger: Duration::ZERO,
             }
         );
+        assert_eq!(demo("demo --rate 250").rate, Some(250.0));
+        assert!(error("demo --rate 0").contains("above 0"));
         assert_eq!(
             demo("demo --dump-index out/expected.json").dump_index,
             Some(PathBuf::from("out/expected.json"))
