@@ -522,6 +522,8 @@ impl Follower {
 
     /// Publisher `source`'s index: what its master holds, as far as the follower knows.
     /// Panics if there is no such source.
+    // The name says what it returns; `follower[i]` would not.
+    #[allow(clippy::should_implement_trait)]
     pub fn index(&self, source: usize) -> &Index {
         &self.followed[source].index
     }

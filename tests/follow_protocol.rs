@@ -322,12 +322,11 @@ fn a_gap_the_buffer_holds_is_replayed_and_one_it_does_not_hold_calls_for_a_snaps
     scripted.snapshot_now();
     let notices = happened(&settle(&mut follower, &mut scripted));
     assert!(
-        notices.iter().any(|n| *n
-            == Happened::NotHeld {
-                from: 4,
-                through: 5,
-                oldest: 6
-            }),
+        notices.contains(&Happened::NotHeld {
+            from: 4,
+            through: 5,
+            oldest: 6
+        }),
         "{notices:#?}"
     );
     let counters = follower.counters();
