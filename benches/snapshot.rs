@@ -5,8 +5,10 @@
 //!   receives, while snapshots run back to back against while none runs, alternating, so
 //!   that the machine's load weighs on both alike.
 //!
-//!     cargo bench --locked --bench snapshot            # about 60 s
-//!     cargo bench --locked --bench snapshot -- 200000  # objects in the master
+//! ```sh
+//! cargo bench --locked --bench snapshot            # about 60 s
+//! cargo bench --locked --bench snapshot -- 200000  # objects in the master
+//! ```
 //!
 //! Two caller threads make `on_medium_delta` calls paced at 50,000 a second in all, under
 //! the shard lock of the object they change, as the master does; the snapshot's source takes

@@ -1,4 +1,4 @@
-// Several master threads make random operations of SPEC section 3's table on overlapping
+// Several master threads make random operations of the calls' table (docs/spec.md section 3) on overlapping
 // keys, through the reference model. A subscriber that applies the decoded stream to an index
 // keyed by (tenant, key, medium) must end with exactly the media the model holds; so must
 // each subscriber that joins mid-run with a snapshot (the model as the object source) and

@@ -1,4 +1,4 @@
-//! The wire format of SPEC section 5, written in this one place.
+//! The wire format of docs/spec.md section 5, written in this one place.
 //!
 //! A batch is the msgpack array `[timestamp_ms, [event, ...], dp_rank]`; an event is a map
 //! with `str` keys. Integers take their smallest encoding (`rmp::encode::write_uint`); an

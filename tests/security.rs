@@ -1,4 +1,4 @@
-//! Who may read the stream (SPEC section 10), with real sockets on loopback: an admitted
+//! Who may read the stream (docs/spec.md section 10), with real sockets on loopback: an admitted
 //! CURVE subscriber gets the plain stream byte for byte; subscribers without a key, with a
 //! key not on the allow-list or with the wrong server key get nothing, and each refusal is
 //! counted once; the address allow-list; the mode of an ipc socket file; every config error;

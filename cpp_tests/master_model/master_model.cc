@@ -216,7 +216,7 @@ Status Master::put_revoke(const std::string& tenant, const std::string& key) {
       std::remove_if(object->replicas.begin(), object->replicas.end(), put_replica),
       object->replicas.end());
   if (object->replicas.size() == count) return Status::kInvalid;
-  // Only PROCESSING replicas went: the media did not change, so no call (SPEC: a failed
+  // Only PROCESSING replicas went: the media did not change, so no call (the contract: a failed
   // uncommitted Put makes none).
   if (object->replicas.empty()) s.objects.erase(id);
   return Status::kOk;

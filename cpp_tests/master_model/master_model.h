@@ -1,6 +1,6 @@
 // A small reference model of Mooncake's metadata master, wired to a kv_events::Publisher the
 // way docs/wiring.md ("Which call goes where") says. Test code, not part of the library: the
-// suites drive it and compare the stream it makes with SPEC section 3's table.
+// suites drive it and compare the stream it makes with the calls' table (docs/spec.md section 3).
 //
 // What it keeps: objects keyed by (tenant, key), each with a group id and replicas of the
 // five kinds, PROCESSING or COMPLETE, on named segments; a lease per object (on a logical

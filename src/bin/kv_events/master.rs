@@ -1,6 +1,6 @@
 //! A tiny model of the metadata master for the demo: the replicas of each object, so that
 //! every call gets the media sets the master would capture before and after its mutation,
-//! and a workload that makes each call of SPEC section 3's table the way the master does.
+//! and a workload that makes each call of the calls' table (docs/spec.md section 3) the way the master does.
 
 use mooncake_kv_events::{Medium, MediumSet, Objects, Publisher, ReplicaKind};
 use std::collections::{BTreeMap, HashMap};
