@@ -164,7 +164,7 @@ fn below(frame: &[u8], until: u64) -> bool {
 
 /// Decodes an `info` map with `rmp-serde`: unknown keys are ignored, missing ones stay at
 /// their default, a value of the wrong type is an error.
-fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
+pub(crate) fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
     use rmp::Marker;
     let malformed = |why: String| WatchError::Replay(format!("an info reply {why}"));
     // rmp-serde also reads a struct from an array, by position; the protocol's is a map.

@@ -26,6 +26,8 @@ mod connections;
 mod encode;
 mod event;
 mod ffi;
+pub mod follow;
+pub mod index;
 pub mod keys;
 mod log;
 mod media;

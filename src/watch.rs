@@ -361,6 +361,12 @@ impl Subscriber {
         })
     }
 
+    /// The SUB socket as an item for `zmq::poll`, for a reader that waits on several
+    /// sockets at once; [`Subscriber::recv`] with a zero timeout then takes what arrived.
+    pub fn poll_item(&self) -> zmq::PollItem<'_> {
+        self.socket.as_poll_item(zmq::POLLIN)
+    }
+
     /// Takes the handshake events that arrived; an error when one says the publisher will
     /// not let this subscriber in.
     fn check_handshakes(&mut self) -> Result<(), WatchError> {

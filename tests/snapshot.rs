@@ -474,7 +474,9 @@ fn bad_requests_are_answered_and_counted_and_a_storm_of_snapshots_gets_one_serve
     );
     assert!(master.publisher.flush(Duration::from_secs(10)));
     assert!(eventually(|| sub.poll(zmq::POLLIN, 10).unwrap() > 0));
-    assert!(eventually(|| master.publisher.stats().snapshots_served == served));
+    assert!(eventually(
+        || master.publisher.stats().snapshots_served == served
+    ));
 }
 
 #[test]
