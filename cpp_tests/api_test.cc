@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "mooncake/kv_events.h"
@@ -117,6 +120,14 @@ TEST(DisabledPublisher, EveryCallReturnsAtOnceAndDoesNothing) {
   publisher->shutdown();
   publisher->on_put_commit("t", "k", "g", {Medium::kCpu});
   expect_zero(publisher->stats());
+}
+
+TEST(DisabledPublisher, DropsAnObjectSourceAtOnce) {
+  const auto publisher = kv::Publisher::create({});
+  const auto held = std::make_shared<int>(0);
+  publisher->set_object_source([held](std::optional<std::string_view>, kv::Snapshot&) {});
+  EXPECT_EQ(held.use_count(), 1) << "a disabled publisher keeps no object source";
+  publisher->set_object_source(nullptr);  // unregistering what is not there
 }
 
 TEST(DisabledPublisher, StatusJsonIsOneObjectWithEveryStatsField) {

@@ -1,4 +1,4 @@
-// SPEC section 3, the three calls, made from C++ and read from the real socket.
+// docs/spec.md section 3, the three calls, made from C++ and read from the real socket.
 
 #include <gtest/gtest.h>
 

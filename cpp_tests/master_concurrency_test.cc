@@ -1,9 +1,12 @@
-// Several master threads make random operations of SPEC section 3's table on overlapping
+// Several master threads make random operations of the calls' table (docs/spec.md section 3) on overlapping
 // keys, through the reference model. A subscriber that applies the decoded stream to an index
-// keyed by (tenant, key, medium) must end with exactly the media the model holds.
+// keyed by (tenant, key, medium) must end with exactly the media the model holds; so must
+// each subscriber that joins mid-run with a snapshot (the model as the object source) and
+// then applies the stream after the snapshot's sequence.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -11,8 +14,10 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -283,11 +288,50 @@ bool agrees(const Index& index, const Master& master, int round) {
   return false;
 }
 
+// A subscriber that joins mid-run: the index of a snapshot, and the snapshot's sequence S,
+// after which it applies the stream.
+struct LateJoiner {
+  Index index;
+  uint64_t sequence = 0;
+  bool complete = false;
+};
+
+// Takes a snapshot on the replay socket at `endpoint`, as an indexer that joins does.
+LateJoiner take_snapshot(const std::string& endpoint) {
+  LateJoiner joiner;
+  ReplayClient client(endpoint);
+  client.send({"", "snapshot"});
+  while (auto reply = client.receive(std::chrono::seconds(20))) {
+    if (reply->size() != 3 || !(*reply)[0].empty()) break;
+    const Value body = decode((*reply)[2]);
+    if ((*reply)[1] == "snapshot") {
+      for (const Value& event : body.as_array().at(1).as_array()) joiner.index.apply(event);
+    } else if ((*reply)[1] == "snapshot-end") {
+      joiner.sequence = body.at("sequence").as_uint();
+      joiner.complete = true;
+      break;
+    } else {
+      break;
+    }
+  }
+  return joiner;
+}
+
+// The rounds after which a subscriber joins, while the master threads go on.
+constexpr int kJoinRounds[] = {3, 11, 20, 33};
+
 void run_workload(const master_model::Options& options, uint64_t seed) {
   kv::Config config = enabled_config();
   config.queue_capacity = 1 << 20;  // no drops: the index must see every event
+  config.replay_endpoint = unique_endpoint();
   Session session(config);
   Master master(session.publisher(), options);
+  session.publisher().set_object_source(
+      [&master](std::optional<std::string_view> tenant, kv::Snapshot& snapshot) {
+        master.add_objects(tenant, snapshot);
+      });
+  // Subscribers that joined mid-run, each with the stream messages it applied so far.
+  std::vector<std::pair<LateJoiner, uint64_t>> joiners;
   Checkpoints checkpoints;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -313,10 +357,35 @@ void run_workload(const master_model::Options& options, uint64_t seed) {
       EXPECT_EQ(batch.sequence, ++batches) << "a gap in the stream";
       for (const Value& event : batch.events) index.apply(event);
       events += batch.events.size();
+      for (auto& [joiner, applied] : joiners) {
+        if (batch.sequence > joiner.sequence) {
+          EXPECT_EQ(batch.sequence, std::max(applied, joiner.sequence) + 1);
+          for (const Value& event : batch.events) joiner.index.apply(event);
+          applied = batch.sequence;
+        }
+      }
     }
     if (!diverged && !agrees(index, master, round)) diverged = true;
+    // Each late joiner, at every checkpoint after it joined: later operations would hide
+    // what it got wrong.
+    for (size_t j = 0; j < joiners.size() && !diverged; ++j) {
+      if (!agrees(joiners[j].first.index, master, round)) {
+        ADD_FAILURE() << "the subscriber that joined after round " << kJoinRounds[j]
+                      << " (S " << joiners[j].first.sequence << ")";
+        diverged = true;
+      }
+    }
     if (round < kRounds - 1) checkpoints.release(round);
+    // Joins while the threads go on with the next round.
+    if (std::find(std::begin(kJoinRounds), std::end(kJoinRounds), round) !=
+        std::end(kJoinRounds)) {
+      LateJoiner joiner = take_snapshot(config.replay_endpoint);
+      EXPECT_TRUE(joiner.complete) << "the snapshot after round " << round;
+      if (joiner.complete) joiners.emplace_back(std::move(joiner), 0);
+    }
   }
+  EXPECT_EQ(joiners.size(), std::size(kJoinRounds));
+  EXPECT_EQ(session.publisher().stats().snapshots_served, std::size(kJoinRounds));
 
   const kv::Stats stats = session.publisher().stats();
   EXPECT_EQ(stats.dropped_events, 0u);

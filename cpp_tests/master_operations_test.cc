@@ -1,4 +1,4 @@
-// SPEC section 3's table, row by row, from a master wired as docs/wiring.md says: the reference
+// The calls' table (docs/spec.md section 3), row by row, from a master wired as docs/wiring.md says: the reference
 // model in master_model/ makes each master operation, and each test reads the real stream
 // and compares it with the exact events the table prescribes.
 
@@ -613,7 +613,7 @@ struct PutDuringScan {
   std::vector<Value> events;
 };
 
-// Checks SPEC's rule on a stream that starts at the scan: no `cleared` of `tenant` after a
+// Checks the contract's rule on a stream that starts at the scan: no `cleared` of `tenant` after a
 // `stored` of `tenant`.
 void expect_no_cleared_after_stored(const std::vector<Value>& events, const std::string& tenant) {
   bool stored = false;

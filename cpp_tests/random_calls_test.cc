@@ -1,4 +1,4 @@
-// SPEC section 3 under random calls from several threads at once: each thread makes a long,
+// docs/spec.md section 3 under random calls from several threads at once: each thread makes a long,
 // seeded sequence of random calls with hostile bytes, and the decoded stream is checked against
 // a model of what each call emits.
 //
@@ -329,7 +329,7 @@ class Caller {
       expected.insert(expected.end(), events.begin(), events.end());
       // A call that adds a medium to an own tenant forbids `cleared` for it to every scan
       // taken before. A keyless call emits no `stored`, so there is nothing for a `cleared` to
-      // wipe; SPEC section 3 does not say whether it counts, and the model allows either.
+      // wipe; docs/spec.md section 3 does not say whether it counts, and the model allows either.
       if (!stored.empty()) last_added_[wire_tenant(m.tenant)] = call;
     }
     last_ = m;

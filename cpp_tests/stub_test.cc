@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -87,6 +89,17 @@ TEST(Stub, AnEnabledConfigIsReportedOnceAsAWarning) {
   EXPECT_EQ(lines[0].first, kv::LogLevel::kWarning);
   EXPECT_NE(lines[0].second.find("enable_kv_events"), std::string::npos) << lines[0].second;
   EXPECT_NE(lines[0].second.find("ENABLE_KV_EVENTS=OFF"), std::string::npos) << lines[0].second;
+}
+
+// This build serves no snapshot: a master's source is accepted, destroyed at once, and there
+// is no snapshot to add to.
+TEST(Stub, AnObjectSourceIsAcceptedAndDroppedAtOnce) {
+  const auto publisher = kv::Publisher::create(enabled_config());
+  const auto held = std::make_shared<int>(0);
+  publisher->set_object_source([held](std::optional<std::string_view>, kv::Snapshot&) {});
+  EXPECT_EQ(held.use_count(), 1);
+  EXPECT_EQ(kv_events_snapshot_add(nullptr, "t", 1, "k", 1, "", 0, KV_EVENTS_MEDIUM_CPU),
+            KV_EVENTS_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

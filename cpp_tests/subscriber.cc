@@ -96,15 +96,18 @@ void Subscriber::wait_joined() {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }
 
-std::optional<Message> Subscriber::receive(std::chrono::milliseconds timeout) {
+namespace {
+
+// The next multipart message of `socket`, or nothing within `timeout`.
+std::optional<Message> receive_message(void* socket, std::chrono::milliseconds timeout) {
   const int ms = static_cast<int>(timeout.count());
-  if (zmq_setsockopt(socket_, ZMQ_RCVTIMEO, &ms, sizeof ms) != 0) zmq_fail("ZMQ_RCVTIMEO");
+  if (zmq_setsockopt(socket, ZMQ_RCVTIMEO, &ms, sizeof ms) != 0) zmq_fail("ZMQ_RCVTIMEO");
   Message message;
   int more = 1;
   while (more) {
     zmq_msg_t frame;
     zmq_msg_init(&frame);
-    if (zmq_msg_recv(&frame, socket_, 0) < 0) {
+    if (zmq_msg_recv(&frame, socket, 0) < 0) {
       const int error = zmq_errno();
       zmq_msg_close(&frame);
       if (error == EAGAIN && message.empty()) return std::nullopt;
@@ -119,10 +122,46 @@ std::optional<Message> Subscriber::receive(std::chrono::milliseconds timeout) {
   return message;
 }
 
+}  // namespace
+
+std::optional<Message> Subscriber::receive(std::chrono::milliseconds timeout) {
+  return receive_message(socket_, timeout);
+}
+
 std::vector<Message> Subscriber::receive_all(std::chrono::milliseconds quiet) {
   std::vector<Message> messages;
   while (auto message = receive(quiet)) messages.push_back(std::move(*message));
   return messages;
+}
+
+ReplayClient::ReplayClient(const std::string& endpoint)
+    : context_(zmq_ctx_new()), socket_(nullptr) {
+  if (context_ == nullptr) zmq_fail("zmq_ctx_new");
+  const int linger = 0;
+  if ((socket_ = zmq_socket(context_, ZMQ_DEALER)) == nullptr ||
+      zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+      zmq_connect(socket_, endpoint.c_str()) != 0) {
+    const std::string error = zmq_strerror(zmq_errno());
+    if (socket_ != nullptr) zmq_close(socket_);
+    zmq_ctx_term(context_);
+    throw std::runtime_error("replay client on " + endpoint + ": " + error);
+  }
+}
+
+ReplayClient::~ReplayClient() {
+  zmq_close(socket_);
+  zmq_ctx_term(context_);
+}
+
+void ReplayClient::send(const Message& request) {
+  for (size_t i = 0; i < request.size(); ++i) {
+    const int flags = i + 1 < request.size() ? ZMQ_SNDMORE : 0;
+    if (zmq_send(socket_, request[i].data(), request[i].size(), flags) < 0) zmq_fail("zmq_send");
+  }
+}
+
+std::optional<Message> ReplayClient::receive(std::chrono::milliseconds timeout) {
+  return receive_message(socket_, timeout);
 }
 
 }  // namespace kv_events_test

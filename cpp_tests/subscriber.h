@@ -46,4 +46,22 @@ class Subscriber {
   void* monitor_;  // PAIR receiving the handshake event; null once wait_joined() returned
 };
 
+// A DEALER on the publisher's replay socket (kv_events_replay_endpoint), as an indexer
+// would use it: requests are the frames as the protocol writes them, the empty one first.
+class ReplayClient {
+ public:
+  explicit ReplayClient(const std::string& endpoint);
+  ~ReplayClient();
+  ReplayClient(const ReplayClient&) = delete;
+  ReplayClient& operator=(const ReplayClient&) = delete;
+
+  void send(const Message& request);
+  // The next reply, or nothing when none arrives within `timeout`.
+  std::optional<Message> receive(std::chrono::milliseconds timeout);
+
+ private:
+  void* context_;
+  void* socket_;
+};
+
 }  // namespace kv_events_test

@@ -1,4 +1,4 @@
-// SPEC section 5, the wire format, read from the real socket by an independent decoder.
+// docs/spec.md section 5, the wire format, read from the real socket by an independent decoder.
 
 #include <gtest/gtest.h>
 

@@ -74,7 +74,9 @@ count_between() {
 
 # count <trace file>: "name=count" lines of the calls between its two getppid() markers.
 count() {
-  count_between "$1" $(window "$1") | grep -v '^getppid=' || true
+  local from to
+  read -r from to < <(window "$1")
+  count_between "$1" "$from" "$to" | grep -v '^getppid=' || true
 }
 
 # by_name <"name=count" lines>: one line, and the total.
@@ -85,7 +87,7 @@ total_of() { awk -F= 'NF == 2 { s += $2 } END { print s + 0 }' <<<"$1"; }
 # producer thread, under a header that names what the calls carry (the first run says).
 table() {
   local shape="$1" header=1 mode calls options tids dropped i names pacing library total
-  local span pub
+  local from to pub
   for mode in warm cold flat-out; do
     case "$mode" in
       warm) options=(--probe-rate 125000 --probe-warmup 70000) ;;
@@ -115,9 +117,9 @@ table() {
           "$(by_name "$library")"
       done
       # The publishing thread, over the span of the producers' loops.
-      span="$(window "${tids[@]/#/$work/trace.}")"
+      read -r from to < <(window "${tids[@]/#/$work/trace.}")
       pub="$(grep -l 'PR_SET_NAME, "kv-events-pub"' "$work"/trace.* | head -n 1)"
-      names="$(count_between "$pub" $span)"
+      names="$(count_between "$pub" "$from" "$to")"
       printf '%-9s %10s %7s %9s %9s  %s\n' "$mode" "$calls" "pub" "$(total_of "$names")" "-" \
         "$(by_name "$names")"
       echo "          (events the publisher dropped during the loops: $dropped)"

@@ -23,7 +23,8 @@ run() {
   while [ "$1" != -- ]; do demo_args+=("$1"); shift; done
   shift
   attack_args=("$@")
-  local endpoint="tcp://127.0.0.1:$(free_port)"
+  local endpoint
+  endpoint="tcp://127.0.0.1:$(free_port)"
   # A publisher the attack broke may never finish its workload: it gets a minute past its
   # wait, then its exit status says it was killed (137).
   timeout -s KILL 90 "$bin" demo --endpoint "$endpoint" --show 0 "${demo_args[@]}" \

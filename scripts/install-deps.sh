@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test the publisher.
 # The Rust toolchain (cargo, rustc) is expected to be there already (rustup).
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config libzmq3-dev libgtest-dev valgrind
+packages=(cmake ninja-build g++ pkg-config libzmq3-dev libgtest-dev valgrind shellcheck
   python3 python3-zmq python3-msgpack python3-prometheus-client)
 missing=()
 for p in "${packages[@]}"; do

@@ -8,8 +8,10 @@ use std::time::{Duration, Instant};
 /// The sequence frame that ends a replay: -1 as a signed 64-bit big-endian integer.
 const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
 
-/// What the publisher's `info` reply says.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What the publisher's `info` reply says. Keys it does not know are ignored, and a key
+/// that is missing keeps its default.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
 pub struct Info {
     /// The random id of the publisher's life: a new one after a restart or a takeover.
     pub incarnation: u64,
@@ -106,15 +108,9 @@ impl ReplayClient {
                 }
                 [_, sequence, _] if sequence.len() == 8 && !below(sequence, until) => {}
                 [_, sequence, payload] if sequence.len() == 8 => {
-                    let (sequence, timestamp_ms, events, dp_rank) =
+                    let message =
                         decode_message(&[&[][..], sequence.as_slice(), payload.as_slice()])?;
-                    batches.push(Batch {
-                        sequence,
-                        continuity: Continuity::Next,
-                        timestamp_ms,
-                        dp_rank,
-                        events,
-                    });
+                    batches.push(Batch::new(message, Continuity::Next));
                 }
                 other => return Err(self.unexpected(other)),
             }
@@ -166,28 +162,17 @@ fn below(frame: &[u8], until: u64) -> bool {
     <[u8; 8]>::try_from(frame).is_ok_and(|b| u64::from_be_bytes(b) < until)
 }
 
-/// Decodes an `info` map; unknown keys are ignored, missing ones stay at their default.
-fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
-    let malformed = |why: &str| WatchError::Replay(format!("an info reply {why}"));
-    let value = rmpv::decode::read_value(&mut &body[..])
-        .map_err(|e| malformed(&format!("is not msgpack: {e}")))?;
-    let rmpv::Value::Map(entries) = value else {
-        return Err(malformed("is not a map"));
-    };
-    let mut info = Info::default();
-    for (key, value) in &entries {
-        let number = value.as_u64().unwrap_or_default();
-        match key.as_str() {
-            Some("incarnation") => info.incarnation = number,
-            Some("dp_rank") => info.dp_rank = number,
-            Some("last_sequence") => info.last_sequence = number,
-            Some("oldest_sequence") => info.oldest_sequence = number,
-            Some("backend_id") => info.backend_id = value.as_str().unwrap_or_default().into(),
-            Some("snapshots") => info.snapshots = value.as_bool().unwrap_or_default(),
-            _ => {}
-        }
+/// Decodes an `info` map with `rmp-serde`: unknown keys are ignored, missing ones stay at
+/// their default, a value of the wrong type is an error.
+pub(crate) fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
+    use rmp::Marker;
+    let malformed = |why: String| WatchError::Replay(format!("an info reply {why}"));
+    // rmp-serde also reads a struct from an array, by position; the protocol's is a map.
+    match body.first().map(|&byte| Marker::from_u8(byte)) {
+        Some(Marker::FixMap(_) | Marker::Map16 | Marker::Map32) => {}
+        _ => return Err(malformed("is not a map".into())),
     }
-    Ok(info)
+    rmp_serde::from_slice(body).map_err(|e| malformed(format!("does not decode: {e}")))
 }
 
 /// How long a replay or an `info` may take.
@@ -254,5 +239,61 @@ impl Catchup {
             self.last = Some(batch.sequence);
         }
         batches
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmpv::Value;
+
+    fn encoded(value: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, value).unwrap();
+        out
+    }
+
+    #[test]
+    fn an_info_reply_decodes_its_keys_and_ignores_others() {
+        let map = Value::Map(vec![
+            (Value::from("incarnation"), Value::from(u64::MAX)),
+            (Value::from("backend_id"), Value::from("store-a")),
+            (Value::from("dp_rank"), Value::from(2u64)),
+            (Value::from("last_sequence"), Value::from(40u64)),
+            (Value::from("oldest_sequence"), Value::from(3u64)),
+            (Value::from("snapshots"), Value::from(true)),
+            (Value::from("added_later"), Value::Array(vec![Value::Nil])),
+        ]);
+        let info = decode_info(&encoded(&map)).unwrap();
+        assert_eq!(
+            info,
+            Info {
+                incarnation: u64::MAX,
+                backend_id: "store-a".into(),
+                dp_rank: 2,
+                last_sequence: 40,
+                oldest_sequence: 3,
+                snapshots: true,
+            }
+        );
+        let some = Value::Map(vec![(Value::from("last_sequence"), Value::from(7u64))]);
+        assert_eq!(decode_info(&encoded(&some)).unwrap().last_sequence, 7);
+    }
+
+    #[test]
+    fn an_info_reply_that_is_not_the_protocols_says_why() {
+        let wrong = Value::Map(vec![(Value::from("last_sequence"), Value::from("many"))]);
+        for (body, why) in [
+            (encoded(&wrong), "does not decode: "),
+            (
+                encoded(&Value::Array(vec![Value::from(1u64)])),
+                "is not a map",
+            ),
+            (vec![], "is not a map"),
+            (vec![0x81, 0xa1], "does not decode: "),
+        ] {
+            let err = decode_info(&body).unwrap_err().to_string();
+            assert!(err.contains(why), "{err}\nwanted: {why}");
+        }
     }
 }

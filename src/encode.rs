@@ -1,10 +1,11 @@
-//! The wire format of SPEC section 5, written in this one place.
+//! The wire format of docs/spec.md section 5, written in this one place.
 //!
 //! A batch is the msgpack array `[timestamp_ms, [event, ...], dp_rank]`; an event is a map
 //! with `str` keys. Integers take their smallest encoding (`rmp::encode::write_uint`); an
 //! empty name, a zero block size and an empty group are nil; strings that are not UTF-8 go
-//! out as `bin`, byte for byte, so that a strict reader rejects that one event and not the
-//! whole batch.
+//! out as `bin`, byte for byte. An event with such a string goes in a message of its own
+//! ([`needs_own_message`]), so that a reader that decodes whole messages into string types
+//! loses that event and not the 63 others a batch may hold.
 
 use crate::config::Config;
 use crate::event::{Event, EventKind};
@@ -15,13 +16,15 @@ pub(crate) const MAX_BATCH_EVENTS: usize = 64;
 /// The tenant an empty `tenant_id` stands for.
 pub(crate) const DEFAULT_TENANT: &[u8] = b"default";
 
-/// Whether an event with these strings goes in a message of its own: one whose tenant, key
-/// or group is not UTF-8 is written as `bin`, which a consumer decoding whole messages into
-/// text cannot take, and it should lose that event alone.
-pub(crate) fn needs_own_message(tenant: &[u8], key: &[u8], group: &[u8]) -> bool {
-    [tenant, key, group]
-        .iter()
-        .any(|s| std::str::from_utf8(s).is_err())
+/// Whether `event` must go in a message without the events of other calls: its tenant, key
+/// or group is not UTF-8, so it goes out as `bin`, and a reader that decodes a whole message
+/// into string types refuses the whole message. Alone (with the other events of its call,
+/// which carry the same strings), it costs such a reader that call's events and no other.
+/// The publishing thread batches by it; so does anything else that writes messages.
+pub(crate) fn needs_own_message(event: &Event<'_>) -> bool {
+    [event.tenant, event.key, event.group]
+        .into_iter()
+        .any(|bytes| std::str::from_utf8(bytes).is_err())
 }
 
 /// Writes batches of events, numbering events from 1.
@@ -356,6 +359,33 @@ mod tests {
         assert_eq!(&out[..4], &[0x93, 0x01, 0x91, 0x8b]);
         // ... and the trailer dp_rank 0 as a positive fixint.
         assert_eq!(out.last(), Some(&0x00));
+    }
+
+    #[test]
+    fn an_event_needs_a_message_of_its_own_when_a_string_is_not_utf8() {
+        let utf8 = "caf\u{e9}".as_bytes();
+        for (tenant, key, group, alone) in [
+            (&b"t"[..], &b"k"[..], &b"g"[..], false),
+            (b"", b"k", b"", false),
+            (utf8, utf8, utf8, false),
+            (b"t\xff", b"k", b"g", true),
+            (b"t", b"k\xc3", b"g", true),
+            (b"t", b"k", b"\xfe", true),
+        ] {
+            let cleared = event(EventKind::Cleared, tenant, b"", b"");
+            for (e, alone) in [
+                (event(EventKind::Stored, tenant, key, group), alone),
+                (event(EventKind::Removed, tenant, key, group), alone),
+                (cleared, std::str::from_utf8(tenant).is_err()),
+            ] {
+                assert_eq!(needs_own_message(&e), alone, "{e:?}");
+                // Exactly the events that carry a bin value.
+                let encoded = encode_one(false, e);
+                let map = encoded.as_map().unwrap();
+                let bins = map.iter().any(|(_, v)| matches!(v, V::Binary(_)));
+                assert_eq!(bins, alone, "{e:?}");
+            }
+        }
     }
 
     proptest! {

@@ -3,8 +3,9 @@
 use crate::media::{Medium, MediumSet};
 use crate::pool::{Block, StringPool, BLOCK_BYTES};
 
-/// What an event announces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// What an event announces. Deserializes from its `event_type` on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum EventKind {
     /// The object became readable on a medium.
     Stored,

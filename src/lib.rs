@@ -4,7 +4,7 @@
 //! readable on a logical medium (`cpu` or `disk`); the publisher turns those calls into
 //! `stored`, `removed` and `cleared` events and publishes them, in msgpack batches, on a
 //! ZeroMQ PUB socket from its own thread, so that KV-aware routers and indexers can follow
-//! what the store holds. The wire format is written in `encode.rs`; SPEC.md is the contract.
+//! what the store holds. The wire format is written in `encode.rs`; docs/spec.md is the contract.
 //!
 //! The master links this crate as `libmooncake_kv_events.so`, whose only exports are the C API
 //! of `include/mooncake/kv_events_c.h` (C++ masters include its inline wrapper
@@ -26,6 +26,8 @@ mod connections;
 mod encode;
 mod event;
 mod ffi;
+pub mod follow;
+pub mod index;
 pub mod keys;
 mod log;
 mod media;

@@ -3,7 +3,9 @@
 use std::fmt;
 
 /// A logical storage tier as subscribers see it: the wire knows only these two.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Deserializes from its name on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Medium {
     /// Memory replicas.
     Cpu,

@@ -1,4 +1,4 @@
-//! Who may read the stream (SPEC section 10): CURVE on the PUB socket, a ZAP handler (ZeroMQ
+//! Who may read the stream (docs/spec.md section 10): CURVE on the PUB socket, a ZAP handler (ZeroMQ
 //! RFC 27) that admits the allow-listed public keys and addresses, the count and the log of
 //! refused handshakes, and the mode of an `ipc://` socket file.
 //!

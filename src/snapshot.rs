@@ -4,8 +4,8 @@
 //! that enumerates what it holds. A snapshot runs on a thread of its own,
 //! `kv-events-snapshot` (never a master thread, never the publishing thread), one at a time
 //! per publisher. The source adds objects to [`Objects`], which writes them as the stream
-//! would (`stored` events, one per medium, at most 64 a message, an event whose strings are
-//! not UTF-8 alone in its message, the configured context and legacy fields) and hands each
+//! would (`stored` events, one per medium, an object's events in one message of at most 64,
+//! alone when its strings are not UTF-8, the configured context and legacy fields) and hands each
 //! message to the replay thread through a bounded channel, at most
 //! [`MESSAGES_PER_SECOND`]: the libzmq I/O thread and the cores stay with the live stream,
 //! and a requester that reads slowly makes `add` wait, never a master's caller.
@@ -135,11 +135,19 @@ impl Objects {
             return Ok(());
         }
         self.objects += 1;
-        let alone = needs_own_message(tenant, key, group);
+        // An object's events travel together, as a call's do on the stream, and alone when
+        // a string is not UTF-8.
+        let alone = needs_own_message(&Event {
+            kind: EventKind::Stored,
+            medium: None,
+            tenant,
+            key,
+            group,
+        });
+        if alone || self.pending.len() + media.len() > MAX_BATCH_EVENTS {
+            self.send_pending()?;
+        }
         for medium in media.iter() {
-            if alone || self.pending.len() == MAX_BATCH_EVENTS {
-                self.send_pending()?;
-            }
             let mut keep = |s: &[u8]| {
                 let start = self.bytes.len();
                 self.bytes.extend_from_slice(s);
@@ -152,9 +160,9 @@ impl Objects {
                 key,
                 group,
             });
-            if alone {
-                self.send_pending()?;
-            }
+        }
+        if alone {
+            self.send_pending()?;
         }
         Ok(())
     }

@@ -1,6 +1,9 @@
-//! The subscriber's side: a SUB socket that reads the stream the way an indexer would,
-//! decoding each message with `rmpv`, a reader that shares nothing with the encoder; with
+//! The subscriber's side: a SUB socket that reads the stream the way an indexer would, with
 //! CURVE keys when the publisher has them, and a clear error when the publisher refuses it.
+//! A message decodes two ways, neither sharing code with the encoder: into named, typed
+//! values with `rmp-serde` ([`Message`] of [`Event`]s, or of a reader's own serde type;
+//! [`Subscriber::recv_as`]), or with every field as received, as `rmpv` values
+//! ([`decode_message`], [`Subscriber::recv`]), which is how `kv-events` prints them.
 //!
 //! A publisher is not trusted to stay within the format: a message is bounded in size
 //! before libzmq buffers it, and its payload is checked against the format before any
@@ -15,14 +18,21 @@ use crate::security::{
 };
 use rmp::Marker;
 use rmpv::Value;
+use serde::de::DeserializeOwned;
 use std::fmt;
 use std::ops::Deref;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// One message of the stream, decoded.
+mod typed;
+
+pub use typed::{Bytes, Event, Message};
+
+/// One message of the stream as a [`Subscriber`] received it: decoded, and placed after the
+/// one before. Its events are `rmpv` values (every field as received) from
+/// [`Subscriber::recv`], or `E` from [`Subscriber::recv_as`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct Batch {
+pub struct Batch<E = Value> {
     /// The transport sequence (frame 2).
     pub sequence: u64,
     /// How this sequence follows the previous one this subscriber saw.
@@ -31,8 +41,21 @@ pub struct Batch {
     pub timestamp_ms: u64,
     /// The trailer's data-parallel rank.
     pub dp_rank: u64,
-    /// The event maps, as decoded.
-    pub events: Vec<Value>,
+    /// The events, as decoded.
+    pub events: Vec<E>,
+}
+
+impl<E> Batch<E> {
+    /// `message`, which follows the one before as `continuity` says.
+    pub fn new(message: Message<E>, continuity: Continuity) -> Batch<E> {
+        Batch {
+            sequence: message.sequence,
+            continuity,
+            timestamp_ms: message.timestamp_ms,
+            dp_rank: message.dp_rank,
+            events: message.events,
+        }
+    }
 }
 
 /// How a message's sequence relates to the one before it.
@@ -150,6 +173,8 @@ impl CurveClient {
 const EVENT_DISCONNECTED: u32 = zmq::SocketEvent::DISCONNECTED as u32;
 /// libzmq's monitor event for a reconnection it scheduled.
 const EVENT_CONNECT_RETRIED: u32 = zmq::SocketEvent::CONNECT_RETRIED as u32;
+/// libzmq's monitor event for a connection established, before its handshake.
+const EVENT_CONNECTED: u32 = zmq::SocketEvent::CONNECTED as u32;
 /// How long after a lost connection libzmq has to schedule its reconnection (it does within
 /// milliseconds) before the subscriber connects again itself. libzmq 4.3 never reconnects
 /// after a protocol error, and a frame over `ZMQ_MAXMSGSIZE` is one: without this, one
@@ -194,6 +219,25 @@ impl Default for SubscriberOptions {
     }
 }
 
+/// How far a [`Subscriber`] got towards its publisher, from its socket's monitor:
+/// [`Subscriber::reach`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// No connection was ever established: nothing accepted one at the endpoint (nothing
+    /// listening, the connection refused, no such ipc socket file) in `failed_attempts`
+    /// attempts; none has failed yet while the first is pending (a host that does not
+    /// answer keeps it pending).
+    Unreached {
+        /// Connection attempts that failed, after each of which libzmq tried again.
+        failed_attempts: u64,
+    },
+    /// Connections were established, but no ZeroMQ handshake ever completed on one: what
+    /// listens there is not a ZeroMQ publisher, or has not answered yet.
+    NoHandshake,
+    /// A handshake completed at least once: the publisher was reached.
+    Reached,
+}
+
 /// A SUB socket connected to a publisher, subscribed to everything.
 pub struct Subscriber {
     _context: zmq::Context,
@@ -207,6 +251,11 @@ pub struct Subscriber {
     /// Whether a handshake succeeded since the last disconnection: only then is a
     /// disconnection a connection lost rather than a handshake that failed.
     connected: bool,
+    /// How far it ever got: a connection established, a handshake completed.
+    ever_connected: bool,
+    ever_reached: bool,
+    /// Connection attempts that failed before any connection was established.
+    failed_attempts: u64,
     connections_lost: u64,
     /// When the last connection was lost, until libzmq says it reconnects.
     lost_at: Option<Instant>,
@@ -263,7 +312,8 @@ impl Subscriber {
             | EVENT_HANDSHAKE_FAILED_PROTOCOL
             | EVENT_HANDSHAKE_FAILED_AUTH
             | EVENT_DISCONNECTED
-            | EVENT_CONNECT_RETRIED;
+            | EVENT_CONNECT_RETRIED
+            | EVENT_CONNECTED;
         socket.monitor(MONITOR_ENDPOINT, events as i32)?;
         let monitor = context.socket(zmq::PAIR)?;
         monitor.set_linger(0)?;
@@ -277,6 +327,9 @@ impl Subscriber {
             max_message_bytes: options.max_message_bytes,
             closed_handshakes: 0,
             connected: false,
+            ever_connected: false,
+            ever_reached: false,
+            failed_attempts: 0,
             connections_lost: 0,
             lost_at: None,
             endpoint: endpoint.to_owned(),
@@ -292,6 +345,28 @@ impl Subscriber {
         self.connections_lost
     }
 
+    /// How far this subscriber ever got towards its publisher, the socket's events so far
+    /// taken: a subscriber that never reached it can say why. [`WatchError::Refused`] when
+    /// an event says the publisher refuses this subscriber, as [`Subscriber::recv`] would.
+    pub fn reach(&mut self) -> Result<Reach, WatchError> {
+        self.check_handshakes()?;
+        Ok(if self.ever_reached {
+            Reach::Reached
+        } else if self.ever_connected {
+            Reach::NoHandshake
+        } else {
+            Reach::Unreached {
+                failed_attempts: self.failed_attempts,
+            }
+        })
+    }
+
+    /// The SUB socket as an item for `zmq::poll`, for a reader that waits on several
+    /// sockets at once; [`Subscriber::recv`] with a zero timeout then takes what arrived.
+    pub fn poll_item(&self) -> zmq::PollItem<'_> {
+        self.socket.as_poll_item(zmq::POLLIN)
+    }
+
     /// Takes the handshake events that arrived; an error when one says the publisher will
     /// not let this subscriber in.
     fn check_handshakes(&mut self) -> Result<(), WatchError> {
@@ -303,6 +378,11 @@ impl Subscriber {
                 EVENT_HANDSHAKE_SUCCEEDED => {
                     self.closed_handshakes = 0;
                     self.connected = true;
+                    self.ever_reached = true;
+                    continue;
+                }
+                EVENT_CONNECTED => {
+                    self.ever_connected = true;
                     continue;
                 }
                 EVENT_DISCONNECTED => {
@@ -314,6 +394,9 @@ impl Subscriber {
                 }
                 EVENT_CONNECT_RETRIED => {
                     self.lost_at = None;
+                    if !self.ever_connected {
+                        self.failed_attempts += 1;
+                    }
                     continue;
                 }
                 EVENT_HANDSHAKE_FAILED_AUTH => format!(
@@ -368,11 +451,61 @@ impl Subscriber {
         Ok(())
     }
 
-    /// Waits up to `timeout` for the next message: `Ok(None)` when none came;
-    /// [`WatchError::Refused`] as soon as a handshake says the publisher refuses this
-    /// subscriber; [`WatchError::Malformed`] or [`WatchError::TooLarge`] for a message it
-    /// refused, after which it goes on.
+    /// Waits up to `timeout` for the next message, its events as `rmpv` values
+    /// ([`decode_message`]): `Ok(None)` when none came; [`WatchError::Refused`] as soon as a
+    /// handshake says the publisher refuses this subscriber; [`WatchError::Malformed`] or
+    /// [`WatchError::TooLarge`] for a message it refused, after which it goes on (the next
+    /// message shows the refused one as a gap).
     pub fn recv(&mut self, timeout: Duration) -> Result<Option<Batch>, WatchError> {
+        self.recv_decoded(timeout, decode_message)
+    }
+
+    /// [`Subscriber::recv`], with each event deserialized into `E` by `rmp-serde`
+    /// ([`Message::decode`]): [`Event`] for the contract's fields, or a type of the
+    /// reader's. A message whose events do not all fit `E` is refused with
+    /// [`WatchError::Malformed`], and the next message shows it as a gap.
+    ///
+    /// ```no_run
+    /// use mooncake_kv_events::watch::{Continuity, Event, Subscriber, WatchError};
+    /// use mooncake_kv_events::EventKind;
+    /// use std::time::Duration;
+    ///
+    /// let mut subscriber = Subscriber::connect("tcp://master-0:5557", 100_000)?;
+    /// loop {
+    ///     let batch = match subscriber.recv_as::<Event>(Duration::from_secs(1)) {
+    ///         Ok(Some(batch)) => batch,
+    ///         Ok(None) => continue, // quiet: a replay socket's `info` tells whether the end was lost
+    ///         // One message refused: the next one shows it as a gap.
+    ///         Err(WatchError::Malformed(_) | WatchError::TooLarge { .. }) => continue,
+    ///         Err(e) => return Err(e.into()), // the socket failed, or the publisher refused us
+    ///     };
+    ///     if !matches!(batch.continuity, Continuity::Next | Continuity::First { missed: 0 }) {
+    ///         // A gap, a late join or a restart: resync this backend.
+    ///     }
+    ///     for event in &batch.events {
+    ///         let (tenant, key) = (&event.tenant_id, &event.object_key); // bytes, str or bin
+    ///         match event.event_type {
+    ///             EventKind::Stored => { /* (backend_id, tenant, key) is on event.medium */ }
+    ///             EventKind::Removed => { /* it is not on event.medium any more */ }
+    ///             EventKind::Cleared => { /* every object of (backend_id, tenant) is gone */ }
+    ///         }
+    ///     }
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn recv_as<E: DeserializeOwned>(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<Batch<E>>, WatchError> {
+        self.recv_decoded(timeout, |frames| Message::decode(frames))
+    }
+
+    /// Waits for the next message and decodes it with `decode`.
+    fn recv_decoded<E>(
+        &mut self,
+        timeout: Duration,
+        decode: impl FnOnce(&[zmq::Message]) -> Result<Message<E>, WatchError>,
+    ) -> Result<Option<Batch<E>>, WatchError> {
         let deadline = Instant::now() + timeout;
         loop {
             self.check_handshakes()?;
@@ -394,21 +527,15 @@ impl Subscriber {
             }
         }
         let frames = self.recv_frames()?;
-        let (sequence, timestamp_ms, events, dp_rank) = decode_message(&frames)?;
+        let message = decode(&frames)?;
         let continuity = match self.last_sequence {
             None => Continuity::First {
-                missed: sequence.saturating_sub(1),
+                missed: message.sequence.saturating_sub(1),
             },
-            Some(last) => Continuity::after(last, sequence),
+            Some(last) => Continuity::after(last, message.sequence),
         };
-        self.last_sequence = Some(sequence);
-        Ok(Some(Batch {
-            sequence,
-            continuity,
-            timestamp_ms,
-            dp_rank,
-            events,
-        }))
+        self.last_sequence = Some(message.sequence);
+        Ok(Some(Batch::new(message, continuity)))
     }
 
     /// The frames of the next message, which has arrived. Keeps at most 4 (enough to say
@@ -446,16 +573,34 @@ impl Subscriber {
     }
 }
 
-/// Decodes the three frames of one message into sequence, timestamp, events and dp rank.
+/// Decodes the three frames of one message, every event as the `rmpv` value it is on the
+/// wire (for a reader that wants every field as received; [`Message::decode`] gives typed
+/// events).
 ///
 /// The payload is checked against the wire format before any value is built (at most
 /// [`MAX_BATCH_EVENTS`] events of at most [`MAX_EVENT_KEYS`] keys, arrays of scalars holding
 /// [`MAX_EVENT_ARRAY_ITEMS`] items per event, nothing nested deeper), so what it allocates
 /// is the payload's strings and bins plus a bounded number of values, whatever lengths the
 /// payload claims. The error says what was wrong and at which byte.
-pub fn decode_message<F: Deref<Target = [u8]>>(
-    frames: &[F],
-) -> Result<(u64, u64, Vec<Value>, u64), WatchError> {
+pub fn decode_message<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<Message<Value>, WatchError> {
+    let (sequence, payload, shape) = envelope(frames)?;
+    let mut cursor = &payload[shape.events_at..];
+    let events = (0..shape.events)
+        .map(|_| rmpv::decode::read_value(&mut cursor))
+        .collect::<Result<Vec<_>, _>>()
+        // Unreachable after the check; an error rather than a panic all the same.
+        .map_err(|e| WatchError::Malformed(format!("an event does not decode: {e}")))?;
+    Ok(Message {
+        sequence,
+        timestamp_ms: shape.timestamp_ms,
+        events,
+        dp_rank: shape.dp_rank,
+    })
+}
+
+/// The frames of one message checked against the wire format: its sequence, its payload and
+/// the payload's shape, whose events are then decoded one way or another.
+fn envelope<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<(u64, &[u8], Shape), WatchError> {
     let malformed = |why: String| Err(WatchError::Malformed(why));
     let [topic, sequence, payload] = frames else {
         return malformed(wrong_frames(frames.len()));
@@ -470,18 +615,7 @@ pub fn decode_message<F: Deref<Target = [u8]>>(
         ));
     };
     let shape = Payload::check(payload).map_err(WatchError::Malformed)?;
-    let mut cursor = &payload[shape.events_at..];
-    let events = (0..shape.events)
-        .map(|_| rmpv::decode::read_value(&mut cursor))
-        .collect::<Result<Vec<_>, _>>()
-        // Unreachable after the check; an error rather than a panic all the same.
-        .map_err(|e| WatchError::Malformed(format!("an event does not decode: {e}")))?;
-    Ok((
-        u64::from_be_bytes(sequence),
-        shape.timestamp_ms,
-        events,
-        shape.dp_rank,
-    ))
+    Ok((u64::from_be_bytes(sequence), payload, shape))
 }
 
 fn wrong_frames(count: usize) -> String {
@@ -503,7 +637,7 @@ const SHAPE: &str = "an array of 3 [timestamp_ms, events, dp_rank]";
 
 /// Checks a payload against the wire format byte by byte, before anything is decoded from
 /// it: every length it claims is held to a bound or to the bytes left, so that no
-/// allocation follows an untrusted length and what [`decode_events`] builds stays within a
+/// allocation follows an untrusted length and what [`decode_message`] builds stays within a
 /// fixed number of values plus the payload's own bytes.
 struct Payload<'p> {
     bytes: &'p [u8],
@@ -802,7 +936,8 @@ fn hex(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
 
-    fn payload(value: &Value) -> Vec<u8> {
+    /// `value` as msgpack, by rmpv.
+    pub(super) fn payload(value: &Value) -> Vec<u8> {
         let mut out = Vec::new();
         rmpv::encode::write_value(&mut out, value).unwrap();
         out
@@ -817,8 +952,14 @@ mod tests {
             Value::from(2u64),
         ]);
         let frames = vec![vec![], 9u64.to_be_bytes().to_vec(), payload(&body)];
-        let (sequence, ts, events, dp) = decode_message(&frames).unwrap();
-        assert_eq!((sequence, ts, dp), (9, 5, 2));
+        let message = decode_message(&frames).unwrap();
+        let Message {
+            sequence,
+            timestamp_ms,
+            events,
+            dp_rank,
+        } = &message;
+        assert_eq!((*sequence, *timestamp_ms, *dp_rank), (9, 5, 2));
         assert_eq!(
             field(&events[0], "event_type"),
             Some(&Value::from("cleared"))
@@ -918,7 +1059,7 @@ mod tests {
     fn arrays_of_scalars_within_the_bounds_decode() {
         let hashes = Value::Array(vec![Value::from(7u64); 256]);
         let frames = vec![vec![], 1u64.to_be_bytes().to_vec(), holding(hashes.clone())];
-        let (_, _, events, _) = decode_message(&frames).unwrap();
+        let events = decode_message(&frames).unwrap().events;
         assert_eq!(field(&events[0], "k"), Some(&hashes));
     }
 

@@ -1,12 +1,13 @@
 //! The publishing thread: takes records off the queue in order, batches and encodes their
-//! events, and sends each batch as one three-frame message on the PUB socket.
+//! events, and sends each batch as one three-frame message on the PUB socket. A call whose
+//! tenant, key or group is not UTF-8 gets a message of its own.
 //!
 //! The socket is an XPUB so that the thread sees what peers subscribe to: the stream has one
 //! topic, the empty one, and a peer that subscribes to anything else (which could never
 //! match, and which libzmq would keep in memory for as long as the peer stays) is cut off.
 
 use crate::connections::Listeners;
-use crate::encode::{Encoder, MAX_BATCH_EVENTS};
+use crate::encode::{needs_own_message, Encoder, MAX_BATCH_EVENTS};
 use crate::event::Event;
 use crate::log::{log, Level, RateLimited};
 use crate::publisher::Shared;
@@ -221,13 +222,22 @@ impl Worker {
     }
 
     /// Keeps a call's events in one batch: a record that does not fit starts the next one.
+    /// A record whose strings are not all UTF-8 goes in a batch of its own: the batch before
+    /// it is sent first, and it is sent at once.
     fn add_to_batch(&mut self, record: Record) {
         let events = record.event_count();
-        if self.batch_events + events > MAX_BATCH_EVENTS {
+        // A record's events share its tenant, key and group: the first one tells.
+        let alone = events_of(&record)
+            .next()
+            .is_some_and(|event| needs_own_message(&event));
+        if alone || self.batch_events + events > MAX_BATCH_EVENTS {
             self.send_batch();
         }
         self.batch_events += events;
         self.batch.push(record);
+        if alone {
+            self.send_batch();
+        }
     }
 
     fn send_batch(&mut self) {

@@ -436,16 +436,84 @@ fn tail_stats_prints_rate_lines_instead_of_events() {
     );
 }
 
-#[test]
-fn tail_stops_after_its_idle_timeout() {
+/// A tail of `endpoint` with `--idle-timeout 0.5`, run to its end: its status and stderr.
+fn idle_tail(endpoint: &str) -> (Output, String) {
     let output = kv_events()
-        .args(["tail", &Endpoint::new(), "--idle-timeout", "0.2"])
+        .args(["tail", endpoint, "--idle-timeout", "0.5"])
         .output()
         .expect("kv-events runs");
     let stderr = text(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    (output, stderr)
+}
+
+#[test]
+fn tail_stops_after_its_idle_timeout_with_0_once_it_reached_its_publisher() {
+    let endpoint = Endpoint::new();
+    let _publisher = publisher(&endpoint);
+    let (output, stderr) = idle_tail(&endpoint);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(output.stdout.is_empty());
-    assert!(stderr.contains("no message for 0.2s"), "{stderr}");
+    assert!(stderr.contains("no message for 0.5s"), "{stderr}");
+    assert!(!stderr.contains("reach"), "{stderr}");
+}
+
+/// A TCP endpoint on loopback where nothing listens.
+fn nobody_listens() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("tcp://127.0.0.1:{port}")
+}
+
+#[test]
+fn tail_exits_1_when_it_never_reached_its_publisher_and_says_why() {
+    let nowhere = Endpoint::new();
+    for (endpoint, why) in [
+        (nobody_listens(), "nothing accepted a connection there"),
+        (nowhere.to_string(), "nothing accepted a connection there"),
+        (
+            "tcp://no-such-host.invalid:5557".to_owned(),
+            "its host name does not resolve",
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let (output, stderr) = idle_tail(&endpoint);
+        assert_eq!(output.status.code(), Some(1), "{endpoint}: {stderr}");
+        assert!(output.stdout.is_empty(), "{endpoint}");
+        // Said while it waits, then as the reason of its exit.
+        assert!(
+            stderr.contains(&format!("kv-events: cannot reach {endpoint} yet: {why}")),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "kv-events: never reached {endpoint} within --idle-timeout (0.5s): {why}"
+            )),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("no message for"), "{stderr}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{endpoint}");
+    }
+}
+
+#[test]
+fn tail_says_when_it_reaches_a_publisher_that_came_late() {
+    let endpoint = Endpoint::new();
+    let mut tail = Tail::start(&endpoint, &["--count", "1", "--idle-timeout", "20"]);
+    let mut line = String::new();
+    tail.stderr.read_line(&mut line).expect("tail's stderr");
+    assert!(line.contains("cannot reach"), "{line}");
+    let publisher = publisher(&endpoint);
+    line.clear();
+    tail.stderr.read_line(&mut line).expect("tail's stderr");
+    assert_eq!(line, format!("kv-events: reached {}\n", &*endpoint));
+    // ZeroMQ's slow joiner: the subscription takes a moment to reach the PUB socket. This is
+    // setup, not an assertion: a message sent before it would be missed.
+    std::thread::sleep(Duration::from_millis(500));
+    publisher.on_put_commit("t", "k", "g", CPU);
+    let (output, rest) = tail.finish();
+    assert_eq!(output.status.code(), Some(0), "{rest}");
+    assert_eq!(text(&output.stdout).lines().count(), 1);
 }
 
 #[test]

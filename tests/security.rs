@@ -1,4 +1,4 @@
-//! Who may read the stream (SPEC section 10), with real sockets on loopback: an admitted
+//! Who may read the stream (docs/spec.md section 10), with real sockets on loopback: an admitted
 //! CURVE subscriber gets the plain stream byte for byte; subscribers without a key, with a
 //! key not on the allow-list or with the wrong server key get nothing, and each refusal is
 //! counted once; the address allow-list; the mode of an ipc socket file; every config error;
@@ -56,9 +56,10 @@ fn workload(publisher: &Publisher) -> usize {
 fn without_timestamps(mut frames: Vec<Vec<Vec<u8>>>) -> Vec<Vec<Vec<u8>>> {
     for message in &mut frames {
         let payload = &mut message[2];
-        let (_, timestamp, _, _) =
+        let timestamp =
             mooncake_kv_events::watch::decode_message(&[vec![], vec![0; 8], payload.clone()])
-                .unwrap();
+                .unwrap()
+                .timestamp_ms;
         let mut encoded = Vec::new();
         rmp::encode::write_uint(&mut encoded, timestamp).unwrap();
         let mut at = 0;
@@ -114,7 +115,7 @@ fn delivered(publisher: &Publisher, subscriber: &zmq::Socket) -> (usize, usize) 
         .map(|m| {
             mooncake_kv_events::watch::decode_message(m)
                 .unwrap()
-                .2
+                .events
                 .len()
         })
         .sum();

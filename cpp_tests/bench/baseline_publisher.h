@@ -6,7 +6,7 @@
 //            condition variable: one notify per call;
 //   worker   waits on the condition variable, takes the whole deque under the lock, and
 //            writes each batch of up to 64 events as msgpack key by key (MsgpackWriter, no
-//            pre-encoded parts), then sends it as the three-frame message of SPEC section 5
+//            pre-encoded parts), then sends it as the three-frame message of docs/spec.md section 5
 //            on its own ZeroMQ PUB socket.
 //
 // The event map is the same as the library's `stored` with legacy fields (20 keys, same order,

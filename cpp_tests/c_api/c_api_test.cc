@@ -57,6 +57,78 @@ TEST(CApi, EachCallOfACProgramReachesTheStreamEventByEvent) {
   ASSERT_EQ(c_calls_finish(publisher, failure, sizeof failure), 0) << failure;
 }
 
+// The events of one snapshot on `replay`, and its end map.
+std::pair<std::vector<Value>, Value> snapshot(kv_events_test::ReplayClient& replay,
+                                              std::vector<std::string> request) {
+  replay.send(request);
+  std::vector<Value> events;
+  while (auto reply = replay.receive(std::chrono::seconds(10))) {
+    EXPECT_EQ(reply->size(), 3u);
+    const Value body = kv_events_test::decode(reply->at(2));
+    if (reply->at(1) == "snapshot-end") return {events, body};
+    EXPECT_EQ(reply->at(1), "snapshot");
+    for (const Value& event : body.as_array().at(1).as_array()) events.push_back(event);
+  }
+  ADD_FAILURE() << "no snapshot-end";
+  return {events, Value()};
+}
+
+TEST(CApi, AnObjectSourceWrittenInCServesSnapshotsAndIsReleasedOnce) {
+  char failure[512] = "";
+  const std::string endpoint = kv_events_test::unique_endpoint();
+  const std::string replay_endpoint = kv_events_test::unique_endpoint();
+  kv_events_config config;
+  kv_events_config_init(&config, sizeof config);
+  config.enable_kv_events = true;
+  config.bind_endpoint = endpoint.c_str();
+  config.backend_id = "c-store";
+  config.replay_endpoint = replay_endpoint.c_str();
+  kv_events_publisher* publisher = nullptr;
+  ASSERT_EQ(kv_events_create(&config, sizeof config, &publisher, nullptr, 0), KV_EVENTS_OK);
+  ASSERT_EQ(c_calls_register_source(publisher, failure, sizeof failure), 0) << failure;
+
+  kv_events_test::ReplayClient replay(replay_endpoint);
+  auto [events, end] = snapshot(replay, {"", "snapshot"});
+  EXPECT_EQ(kv_events_test::summaries(events),
+            (std::vector<std::string>{"stored cpu s1", "stored disk s1", "stored disk s2"}));
+  EXPECT_EQ(events[0].at("tenant_id").as_str(), "tenant-a");
+  EXPECT_EQ(events[0].at("group_id").as_str(), "g");
+  EXPECT_EQ(events[2].at("tenant_id").as_str(), "default");
+  EXPECT_TRUE(events[2].at("group_id").is_nil());
+  EXPECT_EQ(end.at("objects").as_uint(), 2u);
+  EXPECT_EQ(end.at("events").as_uint(), 3u);
+  int calls = 0, refusals_ok = 0, released = 0;
+  char tenant[64];
+  c_calls_source_state(&calls, tenant, sizeof tenant, &refusals_ok, &released);
+  EXPECT_EQ(calls, 1);
+  EXPECT_STREQ(tenant, "*");
+  EXPECT_EQ(refusals_ok, 1);
+
+  // A snapshot of one tenant: the source is asked for it, the library keeps it alone.
+  std::tie(events, end) = snapshot(replay, {"", "snapshot", "tenant-a"});
+  EXPECT_EQ(events.size(), 2u);
+  EXPECT_EQ(end.at("tenant").as_str(), "tenant-a");
+  c_calls_source_state(&calls, tenant, sizeof tenant, &refusals_ok, &released);
+  EXPECT_STREQ(tenant, "tenant-a");
+  EXPECT_EQ(released, 0);
+
+  // A snapshot is counted once its last message is handed to the socket, maybe after the
+  // requester read it.
+  kv_events_stats stats{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    ASSERT_EQ(kv_events_get_stats(publisher, &stats, sizeof stats), KV_EVENTS_OK);
+  } while (stats.snapshots_served < 2 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(stats.snapshots_served, 2u);
+  EXPECT_EQ(stats.snapshot_objects, 3u);
+  // A snapshot_add outside any snapshot is refused, not a crash.
+  EXPECT_EQ(kv_events_snapshot_add(nullptr, "t", 1, "k", 1, "", 0, 1),
+            KV_EVENTS_ERR_INVALID_ARGUMENT);
+  kv_events_destroy(publisher);
+  c_calls_source_state(&calls, tenant, sizeof tenant, &refusals_ok, &released);
+  EXPECT_EQ(released, 1) << "destroying the publisher releases its source once";
+}
+
 TEST(CApi, CreateRefusesWithCodesAndMessagesAndNullArgumentsAreRefused) {
   char failure[512] = "";
   const std::string endpoint = kv_events_test::unique_endpoint();

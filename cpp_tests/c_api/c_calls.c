@@ -235,3 +235,67 @@ int c_calls_refusals(const char* endpoint, char* failure, size_t failure_size) {
   kv_events_destroy(p);
   return 0;
 }
+
+/* The object source's record: it runs on the library's snapshot thread. */
+struct source_state {
+  pthread_mutex_t mutex;
+  int calls;
+  char last_tenant[64];
+  int refusals_ok;
+  int released;
+};
+
+static struct source_state source = {PTHREAD_MUTEX_INITIALIZER, 0, "", 0, 0};
+
+static int source_objects(void* context, const char* tenant_id, size_t tenant_id_len,
+                          kv_events_snapshot* snapshot) {
+  struct source_state* state = (struct source_state*)context;
+  const uint8_t cpu = KV_EVENTS_MEDIUM_CPU, disk = KV_EVENTS_MEDIUM_DISK;
+  int refusals_ok =
+      kv_events_snapshot_add(snapshot, NULL, 2, "k", 1, "", 0, cpu) ==
+          KV_EVENTS_ERR_INVALID_ARGUMENT &&
+      kv_events_snapshot_add(NULL, "t", 1, "k", 1, "", 0, cpu) == KV_EVENTS_ERR_INVALID_ARGUMENT;
+  int added = kv_events_snapshot_add(snapshot, "tenant-a", 8, "s1", 2, "g", 1, cpu | disk) ==
+                  KV_EVENTS_OK &&
+              kv_events_snapshot_add(snapshot, NULL, 0, "s2", 2, NULL, 0, disk) == KV_EVENTS_OK;
+  pthread_mutex_lock(&state->mutex);
+  state->calls++;
+  state->refusals_ok = refusals_ok;
+  if (tenant_id == NULL) {
+    strcpy(state->last_tenant, "*");
+  } else if (tenant_id_len < sizeof state->last_tenant) {
+    memcpy(state->last_tenant, tenant_id, tenant_id_len);
+    state->last_tenant[tenant_id_len] = '\0';
+  }
+  pthread_mutex_unlock(&state->mutex);
+  return added ? 0 : 1;
+}
+
+static void source_release(void* context) {
+  struct source_state* state = (struct source_state*)context;
+  pthread_mutex_lock(&state->mutex);
+  state->released++;
+  pthread_mutex_unlock(&state->mutex);
+}
+
+int c_calls_register_source(kv_events_publisher* publisher, char* failure, size_t failure_size) {
+  CHECK(kv_events_set_object_source(NULL, source_objects, &source, source_release) ==
+        KV_EVENTS_ERR_INVALID_ARGUMENT);
+  pthread_mutex_lock(&source.mutex);
+  CHECK(source.released == 1); /* a refused registration releases the context too */
+  source.released = 0;
+  pthread_mutex_unlock(&source.mutex);
+  CHECK(kv_events_set_object_source(publisher, source_objects, &source, source_release) ==
+        KV_EVENTS_OK);
+  return 0;
+}
+
+void c_calls_source_state(int* calls, char* last_tenant, size_t last_tenant_size,
+                          int* refusals_ok, int* released) {
+  pthread_mutex_lock(&source.mutex);
+  *calls = source.calls;
+  snprintf(last_tenant, last_tenant_size, "%s", source.last_tenant);
+  *refusals_ok = source.refusals_ok;
+  *released = source.released;
+  pthread_mutex_unlock(&source.mutex);
+}

@@ -216,7 +216,7 @@ Status Master::put_revoke(const std::string& tenant, const std::string& key) {
       std::remove_if(object->replicas.begin(), object->replicas.end(), put_replica),
       object->replicas.end());
   if (object->replicas.size() == count) return Status::kInvalid;
-  // Only PROCESSING replicas went: the media did not change, so no call (SPEC: a failed
+  // Only PROCESSING replicas went: the media did not change, so no call (the contract: a failed
   // uncommitted Put makes none).
   if (object->replicas.empty()) s.objects.erase(id);
   return Status::kOk;
@@ -583,6 +583,28 @@ std::set<Holding> Master::holdings() const {
     }
   }
   return out;
+}
+
+void Master::add_objects(std::optional<std::string_view> tenant,
+                         kv::Snapshot& snapshot) const {
+  struct Copied {
+    std::string tenant, key, group;
+    kv::MediumSet media;
+  };
+  for (const auto& s : shards_) {
+    std::vector<Copied> copied;
+    {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      for (const auto& [id, object] : s->objects) {
+        const std::string_view wire = id.first.empty() ? "default" : id.first;
+        if (tenant && *tenant != wire) continue;
+        copied.push_back({id.first, id.second, object.group, completed_media(object)});
+      }
+    }
+    for (const Copied& c : copied) {
+      if (!snapshot.add(c.tenant, c.key, c.group, c.media)) return;
+    }
+  }
 }
 
 }  // namespace master_model

@@ -1,6 +1,6 @@
 // A small reference model of Mooncake's metadata master, wired to a kv_events::Publisher the
 // way docs/wiring.md ("Which call goes where") says. Test code, not part of the library: the
-// suites drive it and compare the stream it makes with SPEC section 3's table.
+// suites drive it and compare the stream it makes with the calls' table (docs/spec.md section 3).
 //
 // What it keeps: objects keyed by (tenant, key), each with a group id and replicas of the
 // five kinds, PROCESSING or COMPLETE, on named segments; a lease per object (on a logical
@@ -28,6 +28,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -206,6 +207,10 @@ class Master {
   // Every (tenant, key, medium) of a COMPLETE replica, erase-pending objects included (their
   // `removed` comes when they are erased). Tenant as the master holds it ("" stays "").
   std::set<Holding> holdings() const;
+  // The object source of snapshots: adds every object with a COMPLETE replica (of `tenant`,
+  // as the wire names it, when given) to `snapshot`, copying one shard at a time under its
+  // lock, as a master's source should. Erase-pending objects are included, as in holdings().
+  void add_objects(std::optional<std::string_view> tenant, kv::Snapshot& snapshot) const;
 
  private:
   using ObjectId = std::pair<std::string, std::string>;  // (tenant, key)

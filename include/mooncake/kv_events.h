@@ -4,7 +4,7 @@
 // on a logical medium (`cpu` or `disk`). The publisher turns those calls into `stored`,
 // `removed` and `cleared` events and publishes them, in msgpack batches, on a ZeroMQ PUB
 // socket from its own thread, for KV-aware routers and indexers. The wire format and the
-// rules are the project's SPEC.md (sections 3 and 5).
+// rules are docs/spec.md (sections 3 and 5).
 //
 // This header is inline and header-only: a thin C++ face over the C API of
 // mooncake/kv_events_c.h, which is all the library exports. The master's C++ types (std::string,
@@ -405,8 +405,9 @@ class Publisher {
   // kv_events_replay_endpoint), replacing any earlier source; an empty function unregisters.
   // The library owns its copy and destroys it once no snapshot can call it; a disabled
   // publisher (and the stub) destroys it at once. The master must announce each change (the
-  // event calls) under the lock its source copies that object under. Throws only
-  // std::bad_alloc.
+  // event calls) under the lock its source copies that object under, and shut the publisher
+  // down before destroying what the source reads: shutdown() abandons a running snapshot and
+  // waits for the source to return. Throws only std::bad_alloc.
   void set_object_source(ObjectSource source) {
     if (!source) {
       kv_events_set_object_source(handle_, nullptr, nullptr, nullptr);

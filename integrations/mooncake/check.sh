@@ -44,10 +44,12 @@ check_dir=$(cd "$check_dir" && pwd)
 case "$check_dir/" in
   "$kit_root"/* | "$mooncake"/*) die "CHECK_DIR must be outside this checkout and Mooncake's tree" ;;
 esac
-[ -n "${YLT_PREFIX:-}" ] && [ -d "$YLT_PREFIX/include/ylt" ] ||
+if [ -z "${YLT_PREFIX:-}" ] || [ ! -d "$YLT_PREFIX/include/ylt" ]; then
   die "set YLT_PREFIX to the install prefix of yalantinglibs (see integrations/mooncake/README.md)"
-[ -n "${GTEST_SOURCE_DIR:-}" ] && [ -f "$GTEST_SOURCE_DIR/CMakeLists.txt" ] ||
+fi
+if [ -z "${GTEST_SOURCE_DIR:-}" ] || [ ! -f "$GTEST_SOURCE_DIR/CMakeLists.txt" ]; then
   die "set GTEST_SOURCE_DIR to googletest v1.17.0 sources (see integrations/mooncake/README.md)"
+fi
 [ -f "$mooncake/extern/pybind11/CMakeLists.txt" ] ||
   die "$mooncake/extern/pybind11 is empty: Mooncake's configure needs the pybind11 submodule"
 jobs=${JOBS:-$(nproc)}
@@ -172,7 +174,8 @@ live_check() { # live_check plain|curve: curve adds the security flags, an admit
   # with CURVE) rather than the copy zmq-sys would compile without it.
   (cd "$kit_root" && CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
     --bin kv-events)
-  local endpoint="tcp://127.0.0.1:$(free_port)" security=() admitted=()
+  local endpoint security=() admitted=()
+  endpoint="tcp://127.0.0.1:$(free_port)"
   if [ "$variant" = curve ]; then
     mkdir "$out/allowed"
     "$kv_events" keygen "$out/master"
@@ -191,7 +194,7 @@ live_check() { # live_check plain|curve: curve adds the security flags, an admit
   local events="$out/events.jsonl"
   "$kv_events" tail "$endpoint" --idle-timeout 6 "${admitted[@]}" >"$events" 2>"$out/tail.err" &
   local tail_pid=$!
-  pids+=($tail_pid)
+  pids+=("$tail_pid")
   wait_for 10 grep -q watching "$out/tail.err"
   sleep 1 # ZeroMQ's slow joiner: the subscription reaches the PUB socket
   if [ "$variant" = curve ]; then

@@ -1,6 +1,7 @@
 //! `kv-events`: watch the KV event stream of a running publisher (`tail`), try one with a
-//! synthetic master workload and a watcher that checks it saw every event (`demo`), or make
-//! the CURVE keys that protect a stream (`keygen`).
+//! synthetic master workload and a watcher that checks it saw every event (`demo`), keep a
+//! self-healing copy of the publishers' index (`mirror`), or make the CURVE keys that protect
+//! a stream (`keygen`).
 //!
 //! Run `kv-events --help` for the usage. Exit status: 0 done, 1 runtime error, 2 usage
 //! error.
@@ -14,6 +15,8 @@ mod demo;
 mod keygen;
 #[path = "kv_events/master.rs"]
 mod master;
+#[path = "kv_events/mirror.rs"]
+mod mirror;
 #[path = "kv_events/tail.rs"]
 mod tail;
 #[path = "kv_events/view.rs"]
@@ -26,6 +29,7 @@ fn main() -> ExitCode {
     let outcome = match args::parse() {
         Command::Tail(tail) => tail::run(&tail),
         Command::Demo(demo) => demo::run(&demo),
+        Command::Mirror(mirror) => mirror::run(&mirror),
         Command::Keygen { name } => keygen::run(&name),
         Command::Completions { shell } => args::print_completions(shell),
     };

@@ -1,7 +1,7 @@
 //! A publisher and a subscriber on a private ipc endpoint, for tests that read the real stream.
 #![allow(dead_code)] // each test binary uses part of this
 
-use mooncake_kv_events::watch::{Batch, Continuity, Subscriber};
+use mooncake_kv_events::watch::{Batch, Continuity, Reach, Subscriber};
 use mooncake_kv_events::{Config, Publisher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -31,9 +31,13 @@ pub fn publish(mut config: Config) -> (Publisher, String) {
 
 /// A subscriber that has joined the publisher on `endpoint`, so the next message reaches it.
 pub fn subscribe(endpoint: &str) -> Subscriber {
-    let subscriber = Subscriber::connect(endpoint, 1_000_000).expect("the subscriber connects");
-    // ZeroMQ's slow joiner: a subscription takes a moment to reach the PUB socket. This is
-    // setup, not an assertion; messages sent before it would be missed and the test fail.
+    let mut subscriber = Subscriber::connect(endpoint, 1_000_000).expect("the subscriber connects");
+    // ZeroMQ's slow joiner: a subscription crosses to the PUB socket after the handshake, and
+    // a message sent before it arrives is not delivered. So wait for the handshake, however
+    // long a loaded machine takes, then give the subscription a moment. This is setup, not an
+    // assertion; messages sent too early would be missed and the test fail.
+    let reached = eventually(|| matches!(subscriber.reach(), Ok(Reach::Reached)));
+    assert!(reached, "no handshake with {endpoint}");
     std::thread::sleep(Duration::from_millis(300));
     subscriber
 }

@@ -40,6 +40,17 @@ macro_rules! tail_examples {
     };
 }
 
+macro_rules! mirror_examples {
+    () => {
+        "  kv-events mirror tcp://master-0:5557 --replay-endpoint tcp://master-0:5558
+  kv-events mirror tcp://master-0:5557 --replay-endpoint tcp://master-0:5558 \\
+                   tcp://master-1:5557 --replay-endpoint tcp://master-1:5558 --every 30
+  kv-events mirror tcp://master-0:5557 --replay-endpoint tcp://master-0:5558 --duration 60 > index.jsonl
+  kv-events mirror tcp://master-0:5557 --replay-endpoint tcp://master-0:5558 --dump index.jsonl
+"
+    };
+}
+
 macro_rules! keygen_examples {
     () => {
         "  kv-events keygen master-0        # master-0.key (secret, mode 0600) and master-0.pub
@@ -65,12 +76,17 @@ macro_rules! completions_examples {
     propagate_version = true,
     after_help = concat!(
         "Exit status:
-  0  tail: stopped by --count or --idle-timeout, or the reader of its stdout went away;
-     demo: the watcher saw every published event, with no gap
+  0  tail: stopped by --count, or by --idle-timeout after it reached the publisher, or
+     the reader of its stdout went away;
+     demo: the watcher saw every published event, with no gap; mirror: stopped by
+     --duration, Ctrl-C or SIGTERM with the index it wrote in sync
   1  runtime error: cannot connect or bind, a socket error, a file that cannot be
-     written or read, a bad key file; tail: the publisher refused it (a malformed or
-     oversized message is reported on stderr and skipped); keygen: a file exists;
-     demo: the watcher missed events, saw a gap or a malformed message
+     written or read, a bad key file; tail: the publisher refused it, or --idle-timeout
+     passed without it ever reaching the publisher (nothing listening, refused, a host
+     name that does not resolve; a malformed or oversized message is reported on stderr
+     and skipped); keygen: a file exists;
+     demo: the watcher missed events, saw a gap or a malformed message; mirror: the
+     index it wrote was not in sync with its publisher
   2  usage error: unknown command or option, a missing or bad value (with the usage,
      on stderr)
   An interrupted tail (Ctrl-C) ends as the signal ends any command.
@@ -79,6 +95,7 @@ Examples:
 ",
         demo_examples!(),
         tail_examples!(),
+        mirror_examples!(),
         keygen_examples!(),
         completions_examples!()
     )
@@ -97,7 +114,8 @@ pub(crate) enum Command {
     /// stdout: the event map plus the batch's "sequence"; bytes that are not UTF-8 print
     /// as {"hex": "..."}. Sequence gaps (lost events), a join after the first message and
     /// publisher restarts are reported on stderr, whatever the filters. Runs until
-    /// interrupted unless --count or --idle-timeout says stop.
+    /// interrupted unless --count or --idle-timeout says stop. A publisher it cannot
+    /// reach is said on stderr while it tries; with --idle-timeout it then exits 1.
     ///
     /// Filters: an event is printed (and counted) only if it matches each filter given;
     /// a filter given several times matches any of its values.
@@ -111,6 +129,21 @@ pub(crate) enum Command {
     /// event with no gap.
     #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", demo_examples!()))]
     Demo(DemoArgs),
+    /// Keep a self-healing copy of the publishers' index; write it as JSON lines on exit
+    ///
+    /// Follows each ENDPOINT (a publisher's PUB socket) with its --replay-endpoint (the
+    /// same publisher's replay socket, the master's kv_events_replay_endpoint): takes a
+    /// snapshot, then applies the stream, filling gaps by replay or by a new snapshot and
+    /// taking a new snapshot when a publisher restarts. Several ENDPOINTs are the
+    /// candidate masters of an HA deployment, each with its own index; the one written is
+    /// that of the publisher in sync heard from last (--union: all of them merged).
+    ///
+    /// Each recovery is one line on stderr, and a summary (objects per tenant and medium,
+    /// counters) every --every seconds. On exit (--duration, Ctrl-C, SIGTERM) the index goes
+    /// to stdout, or to --dump PATH, one JSON object per object: {"tenant", "key", "media"};
+    /// a tenant or key that is not UTF-8 is written {"hex": "..."}.
+    #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", mirror_examples!()))]
+    Mirror(MirrorArgs),
     /// Write a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub
     ///
     /// NAME.key holds the secret and the public key: give it to the one process it is for
@@ -140,7 +173,7 @@ pub(crate) struct TailArgs {
     /// Exit after N events that pass the filters
     #[arg(long, value_name = "N", value_parser = at_least_one, allow_negative_numbers = true)]
     pub(crate) count: Option<u64>,
-    /// Exit after SECS seconds without a message
+    /// Exit after SECS seconds without a message (1 if the publisher was never reached)
     #[arg(long, value_name = "SECS", value_parser = more_than_zero_seconds, allow_negative_numbers = true)]
     pub(crate) idle_timeout: Option<Duration>,
     /// Only events of tenant T (an empty T is "default", as on the wire)
@@ -246,15 +279,84 @@ pub(crate) struct DemoArgs {
     #[arg(long, value_name = "PATH", requires = "curve_secret_key", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) curve_allow: Option<PathBuf>,
-    /// Serve info and replays on this endpoint too (the master's kv_events_replay_endpoint)
-    #[arg(long, value_name = "E", value_parser = NonEmptyStringValueParser::new())]
+    /// Serve info, replays and snapshots on this endpoint too (kv_events_replay_endpoint)
+    ///
+    /// The model master is the publisher's object source: a subscriber that joins mid-run
+    /// takes a snapshot and converges (kv-events mirror).
+    #[arg(long, value_name = "E", verbatim_doc_comment,
+          value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoint: Option<String>,
+    /// Make at most this many calls a second, so that the workload lasts (default: flat out)
+    #[arg(long, value_name = "CALLS_PER_S", value_parser = calls_per_second)]
+    pub(crate) rate: Option<f64>,
     /// Messages held for a subscriber that has not read them (kv_events_send_hwm)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) send_hwm: Option<u32>,
     /// Keep the publisher up SECS seconds after the workload, for late subscribers
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds, allow_negative_numbers = true)]
     pub(crate) linger: Duration,
+}
+
+/// The options of `mirror`.
+#[derive(Debug, PartialEq, Args)]
+pub(crate) struct MirrorArgs {
+    /// A publisher's endpoint; several for the candidate masters of an HA deployment
+    #[arg(required = true, value_name = "ENDPOINT",
+          value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) endpoints: Vec<String>,
+    /// The replay socket of each ENDPOINT, in the same order (kv_events_replay_endpoint)
+    #[arg(long = "replay-endpoint", value_name = "E", required = true,
+          value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) replay_endpoints: Vec<String>,
+    /// Print a summary of the index every SECS seconds
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = more_than_zero_seconds, allow_negative_numbers = true)]
+    pub(crate) every: Duration,
+    /// Stop after SECS seconds, writing the index
+    #[arg(long, value_name = "SECS", value_parser = more_than_zero_seconds, allow_negative_numbers = true)]
+    pub(crate) duration: Option<Duration>,
+    /// Write the index to PATH (at each summary and on exit) instead of stdout
+    #[arg(long, value_name = "PATH",
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+    pub(crate) dump: Option<PathBuf>,
+    /// Write every publisher's index merged, not only the freshest publisher's
+    #[arg(long)]
+    pub(crate) union: bool,
+    /// The publishers' public key file (NAME.pub): once for all, or once per ENDPOINT
+    #[arg(long = "curve-server-key", value_name = "FILE", requires = "curve_secret_key",
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+    pub(crate) curve_server_keys: Vec<PathBuf>,
+    /// This subscriber's key file (its NAME.key), whose .pub the publishers admit
+    #[arg(long, value_name = "FILE", requires = "curve_server_keys",
+          value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
+    pub(crate) curve_secret_key: Option<PathBuf>,
+    /// Refuse a message over N bytes: it is lost, and recovered like any loss
+    #[arg(long, value_name = "N", default_value = "16777216",
+          value_parser = at_least_one_usize, allow_negative_numbers = true)]
+    pub(crate) max_message_bytes: usize,
+}
+
+impl MirrorArgs {
+    /// What the parser cannot check alone: one replay endpoint per endpoint, and one
+    /// server key for all or one per endpoint.
+    fn check(&self) -> Result<(), String> {
+        let (endpoints, replays) = (self.endpoints.len(), self.replay_endpoints.len());
+        if endpoints != replays {
+            return Err(format!(
+                "{endpoints} ENDPOINT{} but {replays} --replay-endpoint{}: give each ENDPOINT \
+                 its replay endpoint",
+                if endpoints == 1 { "" } else { "s" },
+                if replays == 1 { "" } else { "s" }
+            ));
+        }
+        let keys = self.curve_server_keys.len();
+        if keys > 1 && keys != endpoints {
+            return Err(format!(
+                "{keys} --curve-server-key for {endpoints} ENDPOINTs: give one for all, or \
+                 one per ENDPOINT"
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Which of the events it reads a watcher prints; it counts them all.
@@ -270,10 +372,26 @@ pub(crate) enum Show {
 /// and exits 0; on a usage error it prints the error and the usage on stderr and exits 2.
 pub(crate) fn parse() -> Command {
     let args: Vec<OsString> = std::env::args_os().collect();
-    match Cli::try_parse_from(&args) {
-        Ok(cli) => cli.command,
+    match try_parse(&args) {
+        Ok(command) => command,
         Err(err) => with_usage(err, &args).exit(),
     }
+}
+
+/// The command `args` ask for, checked beyond what clap checks.
+fn try_parse(args: &[OsString]) -> Result<Command, clap::Error> {
+    let command = Cli::try_parse_from(args)?.command;
+    if let Command::Mirror(mirror) = &command {
+        if let Err(why) = mirror.check() {
+            let mut cli = Cli::command();
+            cli.build();
+            let mirror = cli
+                .find_subcommand_mut("mirror")
+                .expect("mirror is a command");
+            return Err(mirror.error(clap::error::ErrorKind::ArgumentConflict, why));
+        }
+    }
+    Ok(command)
 }
 
 /// `err`, with the usage of the command at fault added if clap left it out: it does for a
@@ -347,6 +465,13 @@ fn seconds(value: &str) -> Result<Duration, String> {
         .ok_or_else(|| "wants seconds, e.g. 5 or 0.5".into())
 }
 
+fn calls_per_second(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 => Ok(rate),
+        _ => Err("wants a number of calls a second above 0, e.g. 200 or 0.5".into()),
+    }
+}
+
 fn more_than_zero_seconds(value: &str) -> Result<Duration, String> {
     match seconds(value)? {
         d if d.is_zero() => Err("must be more than 0".into()),
@@ -375,8 +500,49 @@ mod tests {
     use super::*;
 
     fn parse_words(words: &str) -> Result<Command, clap::Error> {
-        Cli::try_parse_from(std::iter::once("kv-events").chain(words.split_whitespace()))
-            .map(|cli| cli.command)
+        let args: Vec<OsString> = std::iter::once("kv-events")
+            .chain(words.split_whitespace())
+            .map(OsString::from)
+            .collect();
+        try_parse(&args)
+    }
+
+    fn mirror(words: &str) -> MirrorArgs {
+        match parse_words(words) {
+            Ok(Command::Mirror(mirror)) => mirror,
+            other => panic!("{words}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn mirror_pairs_each_endpoint_with_its_replay_endpoint() {
+        let m = mirror(
+            "mirror tcp://a:1 --replay-endpoint tcp://a:2 tcp://b:1 --replay-endpoint=tcp://b:2",
+        );
+        assert_eq!(m.endpoints, ["tcp://a:1", "tcp://b:1"]);
+        assert_eq!(m.replay_endpoints, ["tcp://a:2", "tcp://b:2"]);
+        assert_eq!(
+            (m.every, m.duration, m.union),
+            (Duration::from_secs(10), None, false)
+        );
+        let m = mirror(
+            "mirror ipc:///p --replay-endpoint ipc:///r --every 0.5 --duration 3 --dump out.jsonl \
+             --union --curve-server-key m.pub --curve-secret-key me.key --max-message-bytes 9",
+        );
+        assert_eq!(
+            m,
+            MirrorArgs {
+                endpoints: vec!["ipc:///p".into()],
+                replay_endpoints: vec!["ipc:///r".into()],
+                every: Duration::from_millis(500),
+                duration: Some(Duration::from_secs(3)),
+                dump: Some(PathBuf::from("out.jsonl")),
+                union: true,
+                curve_server_keys: vec![PathBuf::from("m.pub")],
+                curve_secret_key: Some(PathBuf::from("me.key")),
+                max_message_bytes: 9,
+            }
+        );
     }
 
     fn tail(words: &str) -> TailArgs {
@@ -472,9 +638,12 @@ mod tests {
                 curve_allow: None,
                 replay_endpoint: None,
                 send_hwm: None,
+                rate: None,
                 linger: Duration::ZERO,
             }
         );
+        assert_eq!(demo("demo --rate 250").rate, Some(250.0));
+        assert!(error("demo --rate 0").contains("above 0"));
         assert_eq!(
             demo("demo --dump-index out/expected.json").dump_index,
             Some(PathBuf::from("out/expected.json"))
@@ -526,9 +695,32 @@ mod tests {
                 "--curve-secret-key <FILE>",
             ),
             ("keygen", "<NAME>"),
+            ("mirror", "<ENDPOINT>..."),
+            ("mirror a", "--replay-endpoint <E>"),
+            (
+                "mirror a b --replay-endpoint r",
+                "2 ENDPOINTs but 1 --replay-endpoint:",
+            ),
+            (
+                "mirror a --replay-endpoint r --replay-endpoint s",
+                "1 ENDPOINT but 2",
+            ),
+            (
+                "mirror a --replay-endpoint r --every 0",
+                "must be more than 0",
+            ),
+            (
+                "mirror a --replay-endpoint r --curve-server-key s.pub",
+                "--curve-secret-key <FILE>",
+            ),
+            (
+                "mirror a b --replay-endpoint r --replay-endpoint s --curve-server-key 1 \
+                 --curve-server-key 2 --curve-server-key 3 --curve-secret-key k",
+                "3 --curve-server-key for 2 ENDPOINTs",
+            ),
         ] {
             let usage = match words.split_whitespace().next() {
-                Some(command @ ("tail" | "demo" | "keygen")) => {
+                Some(command @ ("tail" | "demo" | "keygen" | "mirror")) => {
                     format!("Usage: kv-events {command} ")
                 }
                 _ => "Usage: kv-events <COMMAND>".to_owned(),

@@ -20,17 +20,18 @@ const MODEL_NAME: &str = "demo-model";
 const BLOCK_SIZE: u32 = 16;
 /// How long the publisher may take to send what the workload queued.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the watcher may take, after the flush, to read what was sent.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the watcher, after the flush, may go without a message before it stops short of
+/// what was sent: a loaded machine slows it down, but it keeps reading while messages come.
+const DRAIN_QUIET: Duration = Duration::from_secs(10);
 /// How long one wait of the watcher for a message lasts: it bounds how late it sees its
 /// stop order.
 const WATCH_POLL: Duration = Duration::from_millis(20);
 
-/// The watcher's stop order: read until `events` events arrived or `deadline` passed.
+/// The watcher's stop order: read until `events` events arrived, or none came for `quiet`.
 #[derive(Debug)]
 struct Drain {
     events: u64,
-    deadline: Instant,
+    quiet: Duration,
 }
 
 /// What the watcher thread hands back: what it read, and why it stopped early, if it did.
@@ -109,13 +110,13 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
     thread::sleep(args.wait);
 
     let started = Instant::now();
-    let master = master::run(&publisher, args.objects);
+    let master = master::run(&publisher, args.objects, args.rate);
     let flushed = publisher.flush(FLUSH_TIMEOUT);
     let published = publisher.stats().published_events;
     // If the watcher already stopped, it said why; the send failing adds nothing.
     let _ = to_watcher.send(Drain {
         events: published,
-        deadline: Instant::now() + DRAIN_TIMEOUT,
+        quiet: DRAIN_QUIET,
     });
     let (view, watcher_failure) = watcher
         .join()
@@ -208,6 +209,7 @@ fn curve_setup(
 fn watch(mut subscriber: Subscriber, show: Show, orders: &Receiver<Drain>) -> Watched {
     let mut view = View::new(show);
     let mut drain = None;
+    let mut last_message = Instant::now();
     loop {
         if drain.is_none() {
             match orders.try_recv() {
@@ -216,14 +218,15 @@ fn watch(mut subscriber: Subscriber, show: Show, orders: &Receiver<Drain>) -> Wa
                 Err(TryRecvError::Disconnected) => return (view, None),
             }
         }
-        if let Some(Drain { events, deadline }) = drain {
-            // Falling short at the deadline is for the verdict to say.
-            if view.tally.events >= events || Instant::now() >= deadline {
+        if let Some(Drain { events, quiet }) = drain {
+            // Falling short is for the verdict to say.
+            if view.tally.events >= events || last_message.elapsed() >= quiet {
                 return (view, None);
             }
         }
         match subscriber.recv(WATCH_POLL) {
             Ok(Some(batch)) => {
+                last_message = Instant::now();
                 let printed = view.take(
                     &batch,
                     u64::MAX,
@@ -412,12 +415,13 @@ struct IndexDump {
 fn dump_index(path: &Path, master: &Master<'_>, stats: &Stats) -> io::Result<usize> {
     let mut objects: Vec<_> = master
         .holdings()
+        .into_iter()
         .map(|(tenant, key, media)| {
             let tenant = if tenant.is_empty() { "default" } else { tenant };
             (
                 BACKEND_ID.to_owned(),
                 tenant.to_owned(),
-                rendered_key(key),
+                rendered_key(&key),
                 media.iter().map(|m| m.as_str()).collect::<Vec<_>>(),
             )
         })

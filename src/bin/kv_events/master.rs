@@ -1,9 +1,12 @@
 //! A tiny model of the metadata master for the demo: the replicas of each object, so that
 //! every call gets the media sets the master would capture before and after its mutation,
-//! and a workload that makes each call of SPEC section 3's table the way the master does.
+//! and a workload that makes each call of the calls' table (docs/spec.md section 3) the way the master does.
 
-use mooncake_kv_events::{Medium, MediumSet, Publisher, ReplicaKind};
+use mooncake_kv_events::{Medium, MediumSet, Objects, Publisher, ReplicaKind};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// The tenants the workload spreads its objects over; empty is the default tenant.
 pub(crate) const TENANTS: [&str; 3] = ["", "tenant-a", "tenant-b"];
@@ -48,11 +51,18 @@ pub(crate) struct Row {
     pub(crate) expected: Counts,
 }
 
+/// The metadata, shared with the publisher's snapshot thread: each change and the call that
+/// announces it happen under its lock, and the snapshot copies it under the same lock.
+type Metadata = Arc<Mutex<BTreeMap<ObjectId, Object>>>;
+
 /// The master's metadata, reduced to what the publisher's calls need.
 #[derive(Debug)]
 pub(crate) struct Master<'p> {
     publisher: &'p Publisher,
-    objects: BTreeMap<ObjectId, Object>,
+    objects: Metadata,
+    /// When the workload is paced: its start and calls per second.
+    pace: Option<(Instant, f64)>,
+    calls: u64,
     /// Per tenant, the calls so far that added a medium: a RemoveAll's `cleared` goes out
     /// only if none came since its scan began.
     additions: HashMap<&'static str, u64>,
@@ -63,10 +73,28 @@ pub(crate) struct Master<'p> {
 }
 
 impl<'p> Master<'p> {
-    fn new(publisher: &'p Publisher) -> Master<'p> {
+    /// A master whose objects are the publisher's object source, making at most
+    /// `calls_per_second` calls when given.
+    fn new(publisher: &'p Publisher, calls_per_second: Option<f64>) -> Master<'p> {
+        let objects = Metadata::default();
+        let source = Arc::clone(&objects);
+        publisher.set_object_source(move |_: Option<&[u8]>, out: &mut Objects| {
+            // A real master copies one shard at a time; the demo's metadata is one shard.
+            let copied: Vec<_> = lock(&source)
+                .iter()
+                .map(|((tenant, key), o)| (*tenant, key.clone(), o.group, media(&o.replicas)))
+                .collect();
+            for (tenant, key, group, media) in copied {
+                out.add(tenant.as_bytes(), &key, group.as_bytes(), media)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        });
         Master {
             publisher,
-            objects: BTreeMap::new(),
+            objects,
+            pace: calls_per_second.map(|rate| (Instant::now(), rate)),
+            calls: 0,
             additions: HashMap::new(),
             rows: Vec::new(),
             cleared_suppressed: 0,
@@ -84,17 +112,27 @@ impl<'p> Master<'p> {
 
     /// How many objects the master still holds.
     pub(crate) fn live_objects(&self) -> usize {
-        self.objects.len()
+        lock(&self.objects).len()
     }
 
     /// The objects the master holds on some medium, in key order: tenant (empty for the
     /// default tenant), key and media. They are what a subscriber that saw every event
     /// should hold.
-    pub(crate) fn holdings(&self) -> impl Iterator<Item = (&'static str, &[u8], MediumSet)> + '_ {
-        self.objects
+    pub(crate) fn holdings(&self) -> Vec<(&'static str, Vec<u8>, MediumSet)> {
+        lock(&self.objects)
             .iter()
-            .map(|((tenant, key), object)| (*tenant, key.as_slice(), media(&object.replicas)))
+            .map(|((tenant, key), object)| (*tenant, key.clone(), media(&object.replicas)))
             .filter(|(_, _, media)| !media.is_empty())
+            .collect()
+    }
+
+    /// Waits, when the workload is paced, until the next call is due.
+    fn paced(&mut self) {
+        self.calls += 1;
+        if let Some((start, rate)) = self.pace {
+            let due = start + Duration::from_secs_f64(self.calls as f64 / rate);
+            thread::sleep(due.saturating_duration_since(Instant::now()));
+        }
     }
 
     fn row(&mut self, operation: &'static str) -> &mut Row {
@@ -113,7 +151,7 @@ impl<'p> Master<'p> {
     }
 
     fn media_of(&self, id: &ObjectId) -> Option<MediumSet> {
-        self.objects.get(id).map(|o| media(&o.replicas))
+        lock(&self.objects).get(id).map(|o| media(&o.replicas))
     }
 
     /// Notes the events of one call that turned `before` into `after` for `tenant`.
@@ -142,10 +180,15 @@ impl<'p> Master<'p> {
         replicas: Vec<ReplicaKind>,
     ) {
         let after = media(&replicas);
-        self.publisher.on_put_commit(id.0, &id.1, group, after);
+        let tenant = id.0;
+        {
+            let mut objects = lock(&self.objects);
+            self.publisher.on_put_commit(id.0, &id.1, group, after);
+            objects.insert(id, Object { group, replicas });
+        }
         // A commit announces every medium, even one already announced.
-        self.expect(operation, id.0, MediumSet::EMPTY, after);
-        self.objects.insert(id, Object { group, replicas });
+        self.expect(operation, tenant, MediumSet::EMPTY, after);
+        self.paced();
     }
 
     fn put(
@@ -167,19 +210,24 @@ impl<'p> Master<'p> {
         id: &ObjectId,
         change: impl FnOnce(&mut Vec<ReplicaKind>),
     ) {
-        let Some(object) = self.objects.get_mut(id) else {
-            return;
+        let (before, after) = {
+            let mut objects = lock(&self.objects);
+            let Some(object) = objects.get_mut(id) else {
+                return;
+            };
+            let (group, before) = (object.group, media(&object.replicas));
+            change(&mut object.replicas);
+            let after = media(&object.replicas);
+            if object.replicas.is_empty() {
+                objects.remove(id);
+            }
+            self.publisher
+                .on_medium_delta(id.0, &id.1, group, before, after);
+            (before, after)
         };
-        let (group, before) = (object.group, media(&object.replicas));
-        change(&mut object.replicas);
-        let after = media(&object.replicas);
-        if object.replicas.is_empty() {
-            self.objects.remove(id);
-        }
-        self.publisher
-            .on_medium_delta(id.0, &id.1, group, before, after);
         self.expect(operation, id.0, before, after);
         self.row(operation).objects += 1;
+        self.paced();
     }
 
     /// The erase path: `on_medium_delta(before, {})`.
@@ -190,7 +238,7 @@ impl<'p> Master<'p> {
     /// Upsert of an existing object: its old value becomes unreadable (`on_medium_delta(old,
     /// {})`), then the new value commits (`on_put_commit`).
     fn upsert(&mut self, id: &ObjectId, replicas: Vec<ReplicaKind>) {
-        let Some(group) = self.objects.get(id).map(|o| o.group) else {
+        let Some(group) = lock(&self.objects).get(id).map(|o| o.group) else {
             return;
         };
         self.erase("Upsert", id);
@@ -214,8 +262,7 @@ impl<'p> Master<'p> {
         self.row(operation);
         let scan = self.publisher.begin_remove_all();
         let additions_at_scan = self.additions.get(tenant).copied();
-        let ids: Vec<ObjectId> = self
-            .objects
+        let ids: Vec<ObjectId> = lock(&self.objects)
             .keys()
             .filter(|(t, _)| *t == tenant)
             .cloned()
@@ -267,11 +314,17 @@ fn first_replicas(i: usize) -> Vec<ReplicaKind> {
     }
 }
 
-/// Runs the workload over `n` objects, making each kind of call the master makes; returns
-/// the model, whose rows say what each operation should have published.
-pub(crate) fn run(publisher: &Publisher, n: usize) -> Master<'_> {
+/// The metadata, whatever a thread that panicked holding it left.
+fn lock(objects: &Metadata) -> MutexGuard<'_, BTreeMap<ObjectId, Object>> {
+    objects.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs the workload over `n` objects, making each kind of call the master makes, at most
+/// `calls_per_second` when given; returns the model, whose rows say what each operation
+/// should have published. The model is the publisher's object source meanwhile.
+pub(crate) fn run(publisher: &Publisher, n: usize, calls_per_second: Option<f64>) -> Master<'_> {
     use ReplicaKind::*;
-    let mut master = Master::new(publisher);
+    let mut master = Master::new(publisher, calls_per_second);
     let ids: Vec<ObjectId> = (0..n).map(object_id).collect();
     // Each later step works on the tenth of the objects whose index ends in `digit`.
     let tenth =
@@ -310,8 +363,10 @@ pub(crate) fn run(publisher: &Publisher, n: usize) -> Master<'_> {
     // Eviction, one memory replica at a time: only the last one on `cpu` is a `removed`.
     // An object's last replica stays here: evicting it would invalidate the object (below).
     for id in tenth(5) {
-        while let Some(object) = master.objects.get(&id) {
-            if object.replicas.len() < 2 || !object.replicas.contains(&Memory) {
+        loop {
+            let replicas = lock(&master.objects).get(&id).map(|o| o.replicas.clone());
+            let Some(replicas) = replicas else { break };
+            if replicas.len() < 2 || !replicas.contains(&Memory) {
                 break;
             }
             master.mutate("Eviction of a replica", &id, |r| {

@@ -4,7 +4,7 @@
 use crate::args::{Show, TailArgs};
 use crate::view::{connect_form, Tally, View, RCVHWM};
 use mooncake_kv_events::catchup::{Catchup, ReplayClient};
-use mooncake_kv_events::watch::{CurveClient, Subscriber, SubscriberOptions, WatchError};
+use mooncake_kv_events::watch::{CurveClient, Reach, Subscriber, SubscriberOptions, WatchError};
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ const STATS_EVERY: Duration = Duration::from_secs(1);
 enum Stop {
     /// `--count` events were taken.
     Count,
-    /// No message for `--idle-timeout`.
+    /// No message for `--idle-timeout`, from a publisher that was reached.
     Idle(Duration),
 }
 
@@ -142,10 +142,13 @@ fn watch(
     if stats.is_some() {
         write_line(out, Some(StatsLines::HEADER.to_owned()))?;
     }
+    let endpoint = connect_form(&args.endpoint);
     let limit = args.count.unwrap_or(u64::MAX);
     let mut last_message = Instant::now();
     let mut last_check = last_message;
     let mut connections_lost = 0;
+    // Whether stderr said that the publisher cannot be reached yet.
+    let mut said_unreached = false;
     loop {
         if view.tally.events >= limit {
             return Ok(Stop::Count);
@@ -161,7 +164,11 @@ fn watch(
         if let Some(idle) = args.idle_timeout {
             let deadline = last_message + idle;
             if now >= deadline {
-                return Ok(Stop::Idle(idle));
+                return match subscriber.reach() {
+                    Ok(Reach::Reached) => Ok(Stop::Idle(idle)),
+                    Ok(reach) => Err(Failure::Error(never_reached(&endpoint, reach, idle))),
+                    Err(e) => Err(Failure::Error(format!("{endpoint}: {e}"))),
+                };
             }
             wait = wait.min(deadline - now);
         }
@@ -170,6 +177,21 @@ fn watch(
             u64::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
         );
         let received = subscriber.recv(wait);
+        // A refusal is for recv to report; here, only how far the subscriber got.
+        match subscriber.reach() {
+            Ok(Reach::Unreached { failed_attempts }) if failed_attempts > 0 && !said_unreached => {
+                said_unreached = true;
+                let _ = writeln!(
+                    err,
+                    "kv-events: cannot reach {endpoint} yet: {}; still trying",
+                    unreached(&endpoint)
+                );
+            }
+            Ok(Reach::Reached) if std::mem::take(&mut said_unreached) => {
+                let _ = writeln!(err, "kv-events: reached {endpoint}");
+            }
+            _ => {}
+        }
         if subscriber.connections_lost() > connections_lost {
             connections_lost = subscriber.connections_lost();
             let _ = writeln!(
@@ -246,6 +268,45 @@ fn watch(
             }
         }
     }
+}
+
+/// Why connection attempts to `endpoint` fail: libzmq only says that they do.
+fn unreached(endpoint: &str) -> &'static str {
+    // tcp://[source-interface;]host:port; libzmq resolves the host at each attempt.
+    let host_port = endpoint
+        .strip_prefix("tcp://")
+        .map(|rest| rest.rsplit(';').next().unwrap_or(rest));
+    let resolves = host_port.is_none_or(|host_port| {
+        std::net::ToSocketAddrs::to_socket_addrs(host_port).is_ok_and(|mut a| a.next().is_some())
+    });
+    if resolves {
+        "nothing accepted a connection there (nothing listening, refused, or no such socket file)"
+    } else {
+        "its host name does not resolve"
+    }
+}
+
+/// The error of a tail that never reached its publisher at `endpoint` within `idle`, for
+/// `reach`.
+fn never_reached(endpoint: &str, reach: Reach, idle: Duration) -> String {
+    let why = match reach {
+        Reach::Unreached { failed_attempts } if failed_attempts > 0 => format!(
+            "{}; {failed_attempts} attempt{} failed",
+            unreached(endpoint),
+            if failed_attempts == 1 { "" } else { "s" }
+        ),
+        Reach::Unreached { .. } => "the connection attempt got no answer (a host that does not \
+                                    answer, or a firewall that drops it)"
+            .to_owned(),
+        Reach::NoHandshake | Reach::Reached => "a connection was made, but no ZeroMQ handshake \
+                                                completed on it (is a ZeroMQ publisher \
+                                                listening there?)"
+            .to_owned(),
+    };
+    format!(
+        "never reached {endpoint} within --idle-timeout ({}s): {why}",
+        idle.as_secs_f64()
+    )
 }
 
 /// `--stats`: one line per interval, from the difference between two [`Tally`]s.
@@ -395,6 +456,34 @@ mod tests {
             line.split_whitespace().collect::<Vec<_>>(),
             ["1.0s", "0", "0", "0", "0", "2", "3", "-"]
         );
+    }
+
+    #[test]
+    fn a_tail_that_never_reached_its_publisher_says_why() {
+        let idle = Duration::from_millis(1500);
+        let endpoint = "tcp://127.0.0.1:1";
+        let refused = never_reached(endpoint, Reach::Unreached { failed_attempts: 3 }, idle);
+        assert_eq!(
+            refused,
+            "never reached tcp://127.0.0.1:1 within --idle-timeout (1.5s): nothing accepted \
+             a connection there (nothing listening, refused, or no such socket file); 3 \
+             attempts failed"
+        );
+        let unresolved = never_reached(
+            "tcp://no-such-host.invalid:1",
+            Reach::Unreached { failed_attempts: 1 },
+            idle,
+        );
+        assert!(
+            unresolved.ends_with("its host name does not resolve; 1 attempt failed"),
+            "{unresolved}"
+        );
+        assert!(unreached("ipc:///tmp/x").starts_with("nothing accepted"));
+        assert!(unreached("tcp://lo;127.0.0.1:1").starts_with("nothing accepted"));
+        let pending = never_reached("tcp://h:1", Reach::Unreached { failed_attempts: 0 }, idle);
+        assert!(pending.contains("got no answer"), "{pending}");
+        let not_zmq = never_reached("tcp://h:1", Reach::NoHandshake, idle);
+        assert!(not_zmq.contains("no ZeroMQ handshake"), "{not_zmq}");
     }
 
     #[test]

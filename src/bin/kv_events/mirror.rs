@@ -1,0 +1,272 @@
+//! `kv-events mirror`: keep a self-healing copy of one or several publishers' index with
+//! [`Follower`], say each recovery and a periodic summary on stderr, and write the index as
+//! JSON lines on exit.
+
+use crate::args::MirrorArgs;
+use crate::view::{connect_form, RCVHWM};
+use mooncake_kv_events::follow::{FollowOptions, Follower, Happened, Notice, Source};
+use mooncake_kv_events::index::{json_bytes, Index};
+use mooncake_kv_events::keys;
+use mooncake_kv_events::watch::CurveClient;
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The longest one wait for the follower lasts: it bounds how late a signal is seen.
+const POLL: Duration = Duration::from_millis(100);
+/// Refused messages and skipped events said on stderr per publisher; the rest are counted.
+const MALFORMED_SAID: u32 = 10;
+
+/// Set by SIGINT and SIGTERM.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Ctrl-C and SIGTERM end the loop, so that the index is written.
+fn catch_signals() {
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+/// Runs `mirror` until `--duration`, Ctrl-C or SIGTERM. `Err` is a runtime failure, said in
+/// one sentence.
+pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
+    let own_keys = match &args.curve_secret_key {
+        Some(path) => Some(keys::read_key_pair(path)?),
+        None => None,
+    };
+    if own_keys.is_some() {
+        keys::curve_available()?;
+    }
+    let mut sources = Vec::with_capacity(args.endpoints.len());
+    for (i, (endpoint, replay)) in args
+        .endpoints
+        .iter()
+        .zip(&args.replay_endpoints)
+        .enumerate()
+    {
+        let curve = match (&own_keys, args.curve_server_keys.as_slice()) {
+            (Some(pair), [one]) => Some((one, pair)),
+            (Some(pair), each) if !each.is_empty() => Some((&each[i], pair)),
+            _ => None,
+        };
+        let curve = match curve {
+            None => None,
+            Some((server, pair)) => Some(CurveClient {
+                server_key: keys::read_public_key(server)?,
+                keys: pair.clone(),
+            }),
+        };
+        sources.push(Source {
+            endpoint: connect_form(endpoint),
+            replay_endpoint: connect_form(replay),
+            curve,
+        });
+    }
+    let names: Vec<String> = sources.iter().map(|s| s.endpoint.clone()).collect();
+    let options = FollowOptions {
+        rcvhwm: RCVHWM,
+        max_message_bytes: args.max_message_bytes,
+        ..FollowOptions::default()
+    };
+    let described: Vec<String> = sources
+        .iter()
+        .map(|s| format!("{} (replay {})", s.endpoint, s.replay_endpoint))
+        .collect();
+    let mut follower = Follower::new(sources, options)?;
+    catch_signals();
+    let mut err = io::stderr().lock();
+    let _ = writeln!(err, "kv-events: mirroring {}", described.join(", "));
+
+    let started = Instant::now();
+    let deadline = args.duration.map(|d| started + d);
+    let mut next_summary = started + args.every;
+    let mut said = vec![0u32; names.len()];
+    while !STOP.load(Ordering::SeqCst) {
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if now >= next_summary {
+            let _ = write!(err, "{}", summary(&follower, &names, now - started));
+            if let Some(path) = &args.dump {
+                write_dump(path, &chosen(&follower, args.union).1)?;
+            }
+            // A late summary (a slow machine) starts the next interval now.
+            next_summary = (next_summary + args.every).max(now + args.every / 2);
+        }
+        let mut wait = POLL.min(next_summary.saturating_duration_since(now));
+        if let Some(deadline) = deadline {
+            wait = wait.min(deadline.saturating_duration_since(now));
+        }
+        for notice in follower.poll(wait) {
+            say(&mut err, &notice, &names, &mut said);
+        }
+    }
+
+    let elapsed = started.elapsed();
+    let _ = write!(err, "{}", summary(&follower, &names, elapsed));
+    let (which, index, in_sync) = chosen(&follower, args.union);
+    match &args.dump {
+        Some(path) => write_dump(path, &index)?,
+        None => {
+            let mut out = io::stdout().lock();
+            match index.write_json_lines(&mut out).and_then(|()| out.flush()) {
+                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+                    return Err(format!("cannot write the index: {e}"))
+                }
+                _ => {}
+            }
+        }
+    }
+    let whose = match which {
+        Some(i) => format!("the index of {}", names[i]),
+        None if args.union => "the union of the publishers' indexes".to_owned(),
+        None => "an empty index: no publisher was followed yet".to_owned(),
+    };
+    let _ = writeln!(
+        err,
+        "kv-events: wrote {whose}, {} objects, {}",
+        index.objects(),
+        if in_sync { "in sync" } else { "NOT in sync" }
+    );
+    if in_sync {
+        Ok(())
+    } else {
+        Err("the index written is not in sync with its publisher".into())
+    }
+}
+
+/// The index to write: the union (in sync when every publisher is), or the index of the
+/// publisher in sync heard from last, or else of the one with a snapshot heard from last.
+/// Which publisher, the index, and whether it is in sync.
+fn chosen(follower: &Follower, union: bool) -> (Option<usize>, Index, bool) {
+    if union {
+        return (None, follower.union(), follower.in_sync());
+    }
+    let which = follower.freshest().or_else(|| {
+        (0..follower.sources())
+            .filter(|&i| follower.status(i).sequence.is_some())
+            .max_by_key(|&i| follower.status(i).last_heard)
+    });
+    match which {
+        Some(i) => (
+            Some(i),
+            follower.index(i).clone(),
+            follower.status(i).in_sync,
+        ),
+        None => (None, Index::new(), false),
+    }
+}
+
+/// Writes the index to `path` whole or not at all: to a file beside it, then renamed.
+fn write_dump(path: &Path, index: &Index) -> Result<(), String> {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".tmp");
+    let temporary = path.with_file_name(name);
+    let written = fs::File::create(&temporary).and_then(|file| {
+        let mut out = io::BufWriter::new(file);
+        index.write_json_lines(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()
+    });
+    written
+        .and_then(|()| fs::rename(&temporary, path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// One notice on stderr; refused messages and skipped events only up to
+/// [`MALFORMED_SAID`] per publisher.
+fn say(err: &mut impl Write, notice: &Notice, names: &[String], said: &mut [u32]) {
+    let from = if names.len() > 1 {
+        format!("{}: ", names[notice.source])
+    } else {
+        String::new()
+    };
+    if matches!(notice.event, Happened::Malformed(_) | Happened::Skipped(_)) {
+        let count = &mut said[notice.source];
+        *count += 1;
+        if *count > MALFORMED_SAID {
+            return;
+        }
+        if *count == MALFORMED_SAID {
+            let _ = writeln!(
+                err,
+                "kv-events: {from}{}; further refused messages and skipped events are only \
+                 counted in the summaries",
+                notice.event
+            );
+            return;
+        }
+    }
+    let _ = writeln!(err, "kv-events: {from}{}", notice.event);
+}
+
+/// A tenant for people: its text, or `{"hex": "..."}` when it is not UTF-8.
+fn tenant_name(tenant: &[u8]) -> String {
+    match json_bytes(tenant) {
+        serde_json::Value::String(text) => text,
+        other => other.to_string(),
+    }
+}
+
+/// The summary: per publisher, where its index stands, its objects per tenant and medium,
+/// and its counters.
+fn summary(follower: &Follower, names: &[String], elapsed: Duration) -> String {
+    let mut text = String::new();
+    for (i, name) in names.iter().enumerate() {
+        let status = follower.status(i);
+        let index = follower.index(i);
+        let state = match (status.in_sync, status.sequence, &status.failing) {
+            (true, Some(sequence), _) => format!(
+                "in sync at sequence {sequence}, incarnation {:016x}",
+                status.incarnation.unwrap_or_default()
+            ),
+            (false, Some(sequence), _) => format!("recovering from sequence {sequence}"),
+            (_, None, Some(why)) => format!("no snapshot yet ({why})"),
+            (_, None, None) => "no snapshot yet".to_owned(),
+        };
+        text += &format!(
+            "kv-events: {:.1}s: {name}: {state}: {} objects\n",
+            elapsed.as_secs_f64(),
+            index.objects()
+        );
+        let summary = index.summary();
+        if !summary.is_empty() {
+            text += &format!(
+                "  {:<24} {:>10} {:>10} {:>10}\n",
+                "tenant", "objects", "cpu", "disk"
+            );
+            for (tenant, [objects, cpu, disk]) in summary {
+                text += &format!(
+                    "  {:<24} {objects:>10} {cpu:>10} {disk:>10}\n",
+                    tenant_name(tenant)
+                );
+            }
+        }
+        let c = follower.source_counters(i);
+        text += &format!(
+            "  gaps {}, replays {}, snapshots {}, new incarnations {}, malformed {}, skipped \
+             events {}, failed requests {}, last time to converge {}\n",
+            c.gaps,
+            c.replays,
+            c.snapshots,
+            c.incarnations,
+            c.malformed,
+            c.skipped_events,
+            c.failed_requests,
+            c.last_convergence.map_or_else(
+                || "-".to_owned(),
+                |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+            ),
+        );
+    }
+    text
+}

@@ -1,0 +1,364 @@
+//! The self-healing follower against real publishers: whatever is lost (a late join, a
+//! subscriber too slow for the socket, events dropped before encoding, a restart, a move to
+//! another master, a stray publisher), its index ends equal to the master's truth.
+
+mod common;
+mod model;
+
+use common::endpoint;
+use model::{config, converge, Model};
+use mooncake_kv_events::follow::{FollowOptions, Follower, Happened, Source};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+use std::thread;
+use std::time::Duration;
+
+/// Options that retry quickly, for tests.
+fn quick() -> FollowOptions {
+    FollowOptions {
+        request_timeout: Duration::from_secs(2),
+        retry_after: Duration::from_millis(200),
+        quiet_check: Duration::from_millis(300),
+        ..FollowOptions::default()
+    }
+}
+
+/// A publisher with a replay socket on fresh ipc endpoints, served by `model`.
+fn publisher(model: &Model, tune: impl FnOnce(&mut Config)) -> (Publisher, Source) {
+    let (pub_endpoint, replay_endpoint) = (endpoint(), endpoint());
+    let mut config = config(&pub_endpoint, &replay_endpoint);
+    tune(&mut config);
+    let publisher = Publisher::create(&config).expect("the publisher binds");
+    model.serve(&publisher);
+    (publisher, Source::new(pub_endpoint, replay_endpoint))
+}
+
+fn flush(publisher: &Publisher) {
+    assert!(publisher.flush(Duration::from_secs(20)), "flush");
+}
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_late_join_while_the_master_changes_converges_to_the_truth() {
+    let model = Model::new();
+    let (publisher, source) = publisher(&model, |_| {});
+    model.churn(&publisher, 1, 3000, 1000);
+    model.remove_all(&publisher, b"tenant-2");
+    flush(&publisher);
+    let publisher = std::sync::Arc::new(publisher);
+    // The master keeps changing while the follower joins and takes its snapshot.
+    let churning = {
+        let (model, publisher) = (model.clone(), std::sync::Arc::clone(&publisher));
+        thread::spawn(move || {
+            for round in 0..20 {
+                model.churn(&publisher, 100 + round, 100, 1000);
+                thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let mut follower = Follower::new(vec![source], quick()).unwrap();
+    let mut early = Vec::new();
+    while !churning.is_finished() {
+        early.extend(follower.poll(Duration::from_millis(5)));
+    }
+    churning.join().unwrap();
+    flush(&publisher);
+    let (notices, took) = converge(&mut follower, 0, &model, WITHIN);
+    let notices = [early, notices].concat();
+    let counters = follower.counters();
+    assert!(counters.snapshots >= 1, "{counters:?}");
+    assert!(
+        notices
+            .iter()
+            .any(|n| matches!(n.event, Happened::Snapshot { objects, .. } if objects > 0)),
+        "{notices:?}"
+    );
+    assert_eq!(counters.malformed, 0, "{counters:?}");
+    let first = counters.last_convergence.expect("converged once at least");
+    eprintln!(
+        "late join: {} objects, in sync {first:?} after the start, equal to the truth after \
+         {took:?}; {counters:?}",
+        model.truth().objects()
+    );
+}
+
+#[test]
+fn a_loss_after_the_socket_is_filled_by_replay() {
+    let model = Model::new();
+    let (publisher, source) = publisher(&model, |c| {
+        c.send_hwm = 4;
+        c.queue_capacity = 1 << 18;
+    });
+    model.churn(&publisher, 2, 500, 500);
+    flush(&publisher);
+    let mut follower = Follower::new(
+        vec![source],
+        FollowOptions {
+            rcvhwm: 1,
+            ..quick()
+        },
+    )
+    .unwrap();
+    converge(&mut follower, 0, &model, WITHIN);
+    let before = follower.counters();
+    // Far more messages than the subscriber's buffers and the send limit hold, while the
+    // follower only polls now and then: the socket drops some for it.
+    for round in 0..20 {
+        model.churn(&publisher, 1000 + round, 2000, 20_000);
+        follower.poll(Duration::from_millis(1));
+    }
+    flush(&publisher);
+    let (notices, took) = converge(&mut follower, 0, &model, WITHIN);
+    let counters = follower.counters();
+    assert!(
+        counters.gaps > before.gaps,
+        "the socket dropped some: {counters:?}"
+    );
+    assert!(counters.replays > 0, "{counters:?}");
+    assert_eq!(
+        counters.snapshots, before.snapshots,
+        "the replay buffer held every gap: {notices:?}"
+    );
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.event.to_string().contains("filled by replay")),
+        "{notices:?}"
+    );
+    eprintln!("loss at the socket: converged {took:?} after the flush; {counters:?}");
+}
+
+#[test]
+fn a_loss_before_encoding_is_repaired_by_a_snapshot() {
+    let model = Model::new();
+    let (publisher, source) = publisher(&model, |c| c.queue_capacity = 8);
+    let mut follower = Follower::new(vec![source], quick()).unwrap();
+    converge(&mut follower, 0, &model, WITHIN);
+    let before = follower.counters();
+    // Calls far faster than the publishing thread drains a queue of 8: events are dropped
+    // before they are encoded, and no replay has them.
+    model.churn(&publisher, 3, 20_000, 2000);
+    flush(&publisher);
+    assert!(publisher.stats().dropped_events > 0, "the queue overflowed");
+    let (notices, took) = converge(&mut follower, 0, &model, WITHIN);
+    let counters = follower.counters();
+    assert!(counters.gaps > before.gaps, "{counters:?}");
+    assert!(counters.snapshots > before.snapshots, "{notices:?}");
+    eprintln!(
+        "loss before encoding ({} events dropped): converged {took:?} after the flush; \
+         {counters:?}",
+        publisher.stats().dropped_events
+    );
+}
+
+#[test]
+fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
+    let model = Model::new();
+    let (publisher, source) = publisher(&model, |_| {});
+    model.churn(&publisher, 4, 2000, 500);
+    flush(&publisher);
+    let mut follower = Follower::new(vec![source.clone()], quick()).unwrap();
+    converge(&mut follower, 0, &model, WITHIN);
+    let old = follower.status(0).incarnation.unwrap();
+    // The master restarts its publisher on the same endpoints; its metadata stays. Nothing
+    // is published yet: only info can tell the follower.
+    drop(publisher);
+    model.set(
+        &Publisher::create(&Config::default()).unwrap(),
+        b"tenant-0",
+        b"changed-while-down",
+        MediumSet::from([Medium::Disk]),
+    );
+    let publisher = Publisher::create(&config(&source.endpoint, &source.replay_endpoint))
+        .expect("the publisher binds again");
+    model.serve(&publisher);
+    let (notices, took) = converge(&mut follower, 0, &model, WITHIN);
+    let new = follower.status(0).incarnation.unwrap();
+    assert_ne!(old, new);
+    assert!(
+        notices
+            .iter()
+            .any(|n| matches!(n.event, Happened::NewIncarnation { .. })),
+        "{notices:?}"
+    );
+    eprintln!("restart, silent: converged in {took:?}");
+    // Now it publishes: the sequences start again from 1 and follow on.
+    model.churn(&publisher, 5, 2000, 500);
+    flush(&publisher);
+    converge(&mut follower, 0, &model, WITHIN);
+    let counters = follower.counters();
+    assert_eq!(counters.incarnations, 1, "{counters:?}");
+    assert_eq!(counters.snapshots, 2, "{counters:?}");
+    // And a restart noticed by the sequence going back.
+    drop(publisher);
+    let publisher = Publisher::create(&config(&source.endpoint, &source.replay_endpoint))
+        .expect("the publisher binds again");
+    model.serve(&publisher);
+    thread::sleep(Duration::from_millis(300));
+    model.churn(&publisher, 6, 500, 500);
+    flush(&publisher);
+    let (_, took) = converge(&mut follower, 0, &model, WITHIN);
+    let counters = follower.counters();
+    assert_eq!(counters.incarnations, 2, "{counters:?}");
+    eprintln!("restarts: converged in {took:?}; {counters:?}");
+}
+
+#[test]
+fn a_move_to_another_publisher_converges_on_it() {
+    let model = Model::new();
+    let (a, source_a) = publisher(&model, |_| {});
+    // B's endpoints: nothing is bound there yet.
+    let source_b = Source::new(endpoint(), endpoint());
+    model.churn(&a, 7, 2000, 500);
+    flush(&a);
+    let mut follower = Follower::new(vec![source_a, source_b.clone()], quick()).unwrap();
+    converge(&mut follower, 0, &model, WITHIN);
+    assert_eq!(follower.freshest(), Some(0));
+    assert!(!follower.status(1).in_sync);
+    // The leader changes: A's publisher goes, B's comes up over the same metadata, and the
+    // master carries on through B.
+    drop(a);
+    let b =
+        Publisher::create(&config(&source_b.endpoint, &source_b.replay_endpoint)).expect("B binds");
+    model.serve(&b);
+    model.churn(&b, 8, 2000, 500);
+    flush(&b);
+    let (notices, took) = converge(&mut follower, 1, &model, WITHIN);
+    // A is silent from now on; B is heard.
+    let deadline = std::time::Instant::now() + WITHIN;
+    while follower.freshest() != Some(1) && std::time::Instant::now() < deadline {
+        follower.poll(Duration::from_millis(50));
+    }
+    assert_eq!(follower.freshest(), Some(1), "{:?}", follower.status(0));
+    assert_eq!(*follower.index(1), model.truth());
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.source == 1 && matches!(n.event, Happened::Snapshot { .. })),
+        "{notices:?}"
+    );
+    eprintln!(
+        "move: B converged {took:?} after its first changes; {:?}",
+        follower.counters()
+    );
+}
+
+#[test]
+fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
+    let model = Model::new();
+    let (publisher, source) = publisher(&model, |_| {});
+    model.churn(&publisher, 9, 1000, 300);
+    flush(&publisher);
+    // A stray publisher: a raw PUB whose messages are wrong, and a ROUTER beside it whose
+    // replies are mostly wrong.
+    let context = zmq::Context::new();
+    let stray = context.socket(zmq::PUB).unwrap();
+    let stray_endpoint = endpoint();
+    stray.bind(&stray_endpoint).unwrap();
+    let router = context.socket(zmq::ROUTER).unwrap();
+    let router_endpoint = endpoint();
+    router.bind(&router_endpoint).unwrap();
+    let mut follower = Follower::new(
+        vec![source, Source::new(stray_endpoint, router_endpoint)],
+        quick(),
+    )
+    .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    // A snapshot gets replies of the wrong shape, then an empty snapshot at S = 9; any other
+    // request gets an info that is not msgpack.
+    let wrong_replies = [
+        vec![b"x".to_vec(), b"y".to_vec()],
+        vec![vec![], b"what".to_vec(), vec![], vec![]],
+        vec![vec![], b"info".to_vec(), b"\x93".to_vec()],
+    ];
+    let mut end = Vec::new();
+    rmpv::encode::write_value(
+        &mut end,
+        &rmpv::Value::Map(vec![
+            ("sequence".into(), 9u64.into()),
+            ("objects".into(), 0u64.into()),
+            ("events".into(), 0u64.into()),
+            ("incarnation".into(), 7u64.into()),
+            ("tenant".into(), rmpv::Value::Nil),
+        ]),
+    )
+    .unwrap();
+    let mut wrong_sent = 0;
+    let mut serve = |router: &zmq::Socket| {
+        while let Ok(frames) = router.recv_multipart(zmq::DONTWAIT) {
+            let peer = frames[0].clone();
+            let with_peer = |reply: &Vec<Vec<u8>>| {
+                let mut frames = vec![peer.clone()];
+                frames.extend(reply.iter().cloned());
+                frames
+            };
+            if frames.get(2).map(Vec::as_slice) == Some(b"snapshot") {
+                for reply in &wrong_replies {
+                    router.send_multipart(with_peer(reply), 0).unwrap();
+                    wrong_sent += 1;
+                }
+                let reply = vec![vec![], b"snapshot-end".to_vec(), end.clone()];
+                router.send_multipart(with_peer(&reply), 0).unwrap();
+            } else {
+                router
+                    .send_multipart(with_peer(&wrong_replies[2]), 0)
+                    .unwrap();
+                wrong_sent += 1;
+            }
+        }
+    };
+    let batch = |events: Vec<rmpv::Value>| {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(
+            &mut out,
+            &rmpv::Value::Array(vec![1u64.into(), events.into(), 0u64.into()]),
+        )
+        .unwrap();
+        out
+    };
+    let unknown = rmpv::Value::Map(vec![("event_type".into(), "evicted".into())]);
+    let keyless = rmpv::Value::Map(vec![
+        ("event_type".into(), "stored".into()),
+        ("tenant_id".into(), "t".into()),
+        ("medium".into(), "cpu".into()),
+    ]);
+    let seq = |n: u64| n.to_be_bytes().to_vec();
+    let wrong: Vec<Vec<Vec<u8>>> = vec![
+        vec![b"x".to_vec()],
+        vec![vec![], seq(1), b"a".to_vec(), b"b".to_vec()],
+        vec![b"topic".to_vec(), seq(1), batch(vec![keyless.clone()])],
+        vec![vec![], vec![1, 2, 3], batch(vec![keyless.clone()])],
+        vec![vec![], seq(2), b"{\"not\": \"msgpack\"}".to_vec()],
+        vec![vec![], seq(3), vec![0xdd, 0xff, 0xff, 0xff, 0xff]],
+    ];
+    let mut refused = 0;
+    for round in 0..20u64 {
+        for message in &wrong {
+            stray.send_multipart(message, 0).unwrap();
+            refused += 1;
+        }
+        // Well-formed messages with events no index can take.
+        let events = batch(vec![unknown.clone(), keyless.clone()]);
+        stray
+            .send_multipart([vec![], seq(10 + round), events], 0)
+            .unwrap();
+        serve(&router);
+        follower.poll(Duration::from_millis(50));
+    }
+    model.churn(&publisher, 10, 1000, 300);
+    flush(&publisher);
+    let deadline = std::time::Instant::now() + WITHIN;
+    while follower.source_counters(1).skipped_events < 40 && std::time::Instant::now() < deadline {
+        serve(&router);
+        follower.poll(Duration::from_millis(50));
+    }
+    converge(&mut follower, 0, &model, WITHIN);
+    let stray = follower.source_counters(1).clone();
+    assert_eq!(stray.skipped_events, 40, "{stray:?}");
+    assert!(stray.malformed >= refused + 3, "{stray:?}");
+    assert_eq!(stray.snapshots, 1, "{stray:?}");
+    assert!(follower.index(1).is_empty());
+    let good = follower.source_counters(0);
+    assert_eq!((good.malformed, good.skipped_events), (0, 0), "{good:?}");
+    assert!(wrong_sent > 0);
+}

@@ -1,0 +1,426 @@
+//! The follower against a scripted publisher that speaks the replay socket's protocol frame
+//! by frame: the cases a real publisher produces only by chance (the first buffered message
+//! after a snapshot is not S + 1, a gap the buffer holds and one it does not, a busy or
+//! inconsistent snapshot, a new incarnation while the stream is quiet, a lost end of burst).
+
+mod common;
+
+use common::endpoint;
+use mooncake_kv_events::follow::{FollowOptions, Follower, Happened, Notice, Source};
+use mooncake_kv_events::index::Index;
+use rmpv::Value;
+use std::collections::BTreeMap;
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn event(kind: &str, tenant: &str, key: Option<&str>, medium: Option<&str>) -> Value {
+    let mut map = vec![
+        (Value::from("event_type"), Value::from(kind)),
+        (Value::from("tenant_id"), Value::from(tenant)),
+    ];
+    if let Some(key) = key {
+        map.push((Value::from("object_key"), Value::from(key)));
+    }
+    map.push((
+        Value::from("medium"),
+        medium.map_or(Value::Nil, Value::from),
+    ));
+    Value::Map(map)
+}
+
+fn stored(tenant: &str, key: &str, medium: &str) -> Value {
+    event("stored", tenant, Some(key), Some(medium))
+}
+
+fn removed(tenant: &str, key: &str, medium: &str) -> Value {
+    event("removed", tenant, Some(key), Some(medium))
+}
+
+fn batch(events: &[Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    rmpv::encode::write_value(
+        &mut out,
+        &Value::Array(vec![1u64.into(), events.to_vec().into(), 0u64.into()]),
+    )
+    .unwrap();
+    out
+}
+
+fn map(entries: &[(&str, Value)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let entries = entries
+        .iter()
+        .map(|(k, v)| (Value::from(*k), v.clone()))
+        .collect();
+    rmpv::encode::write_value(&mut out, &Value::Map(entries)).unwrap();
+    out
+}
+
+/// How the scripted publisher answers a snapshot request.
+#[derive(Clone, Copy, PartialEq)]
+enum Snapshots {
+    Serve,
+    Busy,
+    /// An end that announces one object more than it sent.
+    Inconsistent,
+}
+
+/// A publisher played by the test: a PUB socket, a ROUTER that answers info, replays and
+/// snapshots from what the test set, and the truth.
+struct Scripted {
+    publisher: zmq::Socket,
+    router: zmq::Socket,
+    incarnation: u64,
+    last: u64,
+    /// What a replay can send.
+    held: BTreeMap<u64, Vec<u8>>,
+    /// What a snapshot sends: its S and its objects' events.
+    snapshot: (u64, Vec<Value>),
+    snapshots: Snapshots,
+    truth: Index,
+    requests: Vec<String>,
+    source: Source,
+}
+
+impl Scripted {
+    fn new() -> Scripted {
+        let context = zmq::Context::new();
+        let publisher = context.socket(zmq::PUB).unwrap();
+        let router = context.socket(zmq::ROUTER).unwrap();
+        let (pub_endpoint, replay_endpoint) = (endpoint(), endpoint());
+        publisher.bind(&pub_endpoint).unwrap();
+        router.bind(&replay_endpoint).unwrap();
+        Scripted {
+            publisher,
+            router,
+            incarnation: 7,
+            last: 0,
+            held: BTreeMap::new(),
+            snapshot: (0, Vec::new()),
+            snapshots: Snapshots::Serve,
+            truth: Index::new(),
+            requests: Vec::new(),
+            source: Source::new(pub_endpoint, replay_endpoint),
+        }
+    }
+
+    /// Sends the next message with `events`, or (`deliver` false) numbers and keeps it for
+    /// replays without sending it: a loss after the socket.
+    fn publish(&mut self, events: &[Value], deliver: bool) {
+        self.last += 1;
+        for event in events {
+            self.truth.apply(event).unwrap();
+        }
+        let payload = batch(events);
+        if deliver {
+            let frames = [vec![], self.last.to_be_bytes().to_vec(), payload.clone()];
+            self.publisher.send_multipart(frames, 0).unwrap();
+        }
+        self.held.insert(self.last, payload);
+    }
+
+    /// The snapshot a request now gets: the truth at the last sequence.
+    fn snapshot_now(&mut self) {
+        let events = self
+            .truth
+            .iter()
+            .flat_map(|(t, k, media)| {
+                let (t, k) = (
+                    String::from_utf8(t.to_vec()).unwrap(),
+                    String::from_utf8(k.to_vec()).unwrap(),
+                );
+                media
+                    .iter()
+                    .map(move |m| stored(&t, &k, m.as_str()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        self.snapshot = (self.last, events);
+    }
+
+    /// Answers every request that arrived.
+    fn serve(&mut self) {
+        while let Ok(frames) = self.router.recv_multipart(zmq::DONTWAIT) {
+            let peer = frames[0].clone();
+            let send = |frames: Vec<&[u8]>| {
+                let mut all: Vec<&[u8]> = vec![&peer, b""];
+                all.extend(frames);
+                self.router.send_multipart(all, 0).unwrap();
+            };
+            match frames[2].as_slice() {
+                b"info" => {
+                    self.requests.push("info".into());
+                    let oldest = self.held.keys().next().copied().unwrap_or(0);
+                    let body = map(&[
+                        ("incarnation", self.incarnation.into()),
+                        ("last_sequence", self.last.into()),
+                        ("oldest_sequence", oldest.into()),
+                        ("snapshots", true.into()),
+                    ]);
+                    send(vec![b"info", &body]);
+                }
+                b"snapshot" => {
+                    self.requests.push("snapshot".into());
+                    match self.snapshots {
+                        Snapshots::Busy => send(vec![b"error", b"busy: try again"]),
+                        mode => {
+                            let (sequence, events) = &self.snapshot;
+                            for page in events.chunks(64) {
+                                send(vec![b"snapshot", &batch(page)]);
+                            }
+                            let objects: Index = {
+                                let mut index = Index::new();
+                                for e in events {
+                                    index.apply(e).unwrap();
+                                }
+                                index
+                            };
+                            let extra = u64::from(mode == Snapshots::Inconsistent);
+                            let end = map(&[
+                                ("sequence", (*sequence).into()),
+                                ("objects", (objects.objects() as u64 + extra).into()),
+                                ("events", (events.len() as u64).into()),
+                                ("incarnation", self.incarnation.into()),
+                                ("tenant", Value::Nil),
+                            ]);
+                            send(vec![b"snapshot-end", &end]);
+                        }
+                    }
+                }
+                start => {
+                    let from = u64::from_be_bytes(start.try_into().unwrap());
+                    self.requests.push(format!("replay {from}"));
+                    for (sequence, payload) in self.held.range(from..) {
+                        send(vec![&sequence.to_be_bytes(), payload]);
+                    }
+                    send(vec![&(-1i64).to_be_bytes(), b""]);
+                }
+            }
+        }
+    }
+}
+
+fn options() -> FollowOptions {
+    FollowOptions {
+        request_timeout: Duration::from_secs(2),
+        retry_after: Duration::from_millis(100),
+        quiet_check: Duration::from_millis(200),
+        ..FollowOptions::default()
+    }
+}
+
+/// A follower of `scripted`, whose SUB socket has joined.
+fn follower(scripted: &Scripted) -> Follower {
+    let follower = Follower::new(vec![scripted.source.clone()], options()).unwrap();
+    // ZeroMQ's slow joiner: the subscription reaches the PUB socket a moment later.
+    thread::sleep(Duration::from_millis(300));
+    follower
+}
+
+/// Polls and serves until the follower is in sync with the truth; the notices.
+fn settle(follower: &mut Follower, scripted: &mut Scripted) -> Vec<Notice> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut notices = Vec::new();
+    loop {
+        notices.extend(follower.poll(Duration::from_millis(10)));
+        scripted.serve();
+        if follower.in_sync() && *follower.index(0) == scripted.truth {
+            return notices;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no convergence: {:?} against {:?}; {:?}; requests {:?}; {notices:#?}",
+            follower.index(0).iter().collect::<Vec<_>>(),
+            scripted.truth.iter().collect::<Vec<_>>(),
+            follower.counters(),
+            scripted.requests
+        );
+    }
+}
+
+fn happened(notices: &[Notice]) -> Vec<Happened> {
+    notices.iter().map(|n| n.event.clone()).collect()
+}
+
+#[test]
+fn messages_buffered_during_a_snapshot_apply_after_s_and_the_first_missing_one_is_replayed() {
+    let mut scripted = Scripted::new();
+    for i in 0..5 {
+        scripted.publish(&[stored("t", &format!("k{i}"), "cpu")], true);
+    }
+    let mut follower = follower(&scripted);
+    // The snapshot is asked for; meanwhile 6 is lost and 7 and 8 arrive. The snapshot says
+    // S = 5, so 6 must come from a replay.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while scripted.router.poll(zmq::POLLIN, 0).unwrap() == 0 {
+        follower.poll(Duration::from_millis(10));
+        assert!(Instant::now() < deadline, "no snapshot request");
+    }
+    scripted.snapshot_now();
+    scripted.publish(&[removed("t", "k0", "cpu")], false);
+    scripted.publish(&[stored("t", "k9", "disk")], true);
+    scripted.publish(
+        &[event("cleared", "u", None, None), stored("t", "k1", "disk")],
+        true,
+    );
+    thread::sleep(Duration::from_millis(100));
+    follower.poll(Duration::from_millis(10));
+    let notices = happened(&settle(&mut follower, &mut scripted));
+    assert!(
+        matches!(
+            notices.as_slice(),
+            [
+                Happened::Snapshot {
+                    objects: 5,
+                    sequence: 5,
+                    ..
+                },
+                Happened::Replayed {
+                    from: 6,
+                    through: 6,
+                    ..
+                },
+                Happened::InSync { .. }
+            ]
+        ),
+        "{notices:#?}"
+    );
+    assert_eq!(scripted.requests, ["snapshot", "replay 6"]);
+    let counters = follower.counters();
+    assert_eq!(
+        (counters.messages, counters.replayed_messages, counters.gaps),
+        (3, 1, 0),
+        "{counters:?}"
+    );
+}
+
+#[test]
+fn a_gap_the_buffer_holds_is_replayed_and_one_it_does_not_hold_calls_for_a_snapshot() {
+    let mut scripted = Scripted::new();
+    let mut follower = follower(&scripted);
+    settle(&mut follower, &mut scripted);
+    scripted.publish(&[stored("t", "a", "cpu")], true);
+    scripted.publish(&[stored("t", "b", "cpu")], false);
+    scripted.publish(&[stored("t", "c", "cpu")], true);
+    let notices = happened(&settle(&mut follower, &mut scripted));
+    assert!(
+        notices.iter().any(|n| matches!(
+            n,
+            Happened::Replayed {
+                from: 2,
+                through: 2,
+                ..
+            }
+        )),
+        "{notices:#?}"
+    );
+    // The buffer now holds nothing before 6: messages 4 and 5 are gone for good.
+    scripted.publish(&[stored("t", "d", "disk")], false);
+    scripted.publish(&[removed("t", "a", "cpu")], false);
+    scripted.publish(&[stored("t", "e", "cpu")], true);
+    scripted.held.retain(|s, _| *s >= 6);
+    scripted.snapshot_now();
+    let notices = happened(&settle(&mut follower, &mut scripted));
+    assert!(
+        notices.contains(&Happened::NotHeld {
+            from: 4,
+            through: 5,
+            oldest: 6
+        }),
+        "{notices:#?}"
+    );
+    let counters = follower.counters();
+    assert_eq!(
+        (counters.gaps, counters.replays, counters.snapshots),
+        (2, 1, 2),
+        "{counters:?}"
+    );
+    assert_eq!(counters.convergences, 3, "{counters:?}");
+}
+
+#[test]
+fn busy_and_inconsistent_snapshots_are_retried() {
+    let mut scripted = Scripted::new();
+    scripted.publish(&[stored("t", "a", "cpu")], true);
+    scripted.snapshot_now();
+    scripted.snapshots = Snapshots::Busy;
+    let mut follower = follower(&scripted);
+    let mut notices = Vec::new();
+    while !scripted.requests.iter().any(|r| r == "snapshot") {
+        notices.extend(follower.poll(Duration::from_millis(10)));
+        scripted.serve();
+    }
+    scripted.snapshots = Snapshots::Inconsistent;
+    while scripted
+        .requests
+        .iter()
+        .filter(|r| *r == "snapshot")
+        .count()
+        < 3
+    {
+        notices.extend(follower.poll(Duration::from_millis(10)));
+        scripted.serve();
+    }
+    scripted.snapshots = Snapshots::Serve;
+    notices.extend(settle(&mut follower, &mut scripted));
+    let text: Vec<String> = notices.iter().map(|n| n.event.to_string()).collect();
+    assert!(
+        text.iter().any(|t| t.contains("busy: try again")),
+        "{text:#?}"
+    );
+    assert!(
+        text.iter()
+            .any(|t| t.contains("announced 1 events and 2 objects; 1 events and 1 objects")),
+        "{text:#?}"
+    );
+    let counters = follower.counters();
+    assert!(counters.failed_requests >= 2, "{counters:?}");
+    assert!(counters.malformed >= 1, "{counters:?}");
+    assert_eq!(counters.snapshots, 1, "{counters:?}");
+}
+
+#[test]
+fn a_new_incarnation_found_while_the_stream_is_quiet_calls_for_a_snapshot() {
+    let mut scripted = Scripted::new();
+    scripted.publish(&[stored("t", "a", "cpu")], true);
+    scripted.snapshot_now();
+    let mut follower = follower(&scripted);
+    settle(&mut follower, &mut scripted);
+    // Another life: sequences from 1 again, other objects, nothing sent yet.
+    scripted.incarnation = 8;
+    scripted.last = 0;
+    scripted.held.clear();
+    scripted.truth = Index::new();
+    scripted.publish(&[stored("t", "b", "disk")], false);
+    scripted.snapshot_now();
+    let notices = happened(&settle(&mut follower, &mut scripted));
+    assert!(
+        notices.contains(&Happened::NewIncarnation { old: 7, new: 8 }),
+        "{notices:#?}"
+    );
+    assert_eq!(follower.status(0).incarnation, Some(8));
+    assert_eq!(follower.counters().incarnations, 1);
+}
+
+#[test]
+fn a_loss_at_the_end_of_a_burst_is_found_by_info_and_replayed() {
+    let mut scripted = Scripted::new();
+    let mut follower = follower(&scripted);
+    settle(&mut follower, &mut scripted);
+    scripted.publish(&[stored("t", "a", "cpu")], true);
+    scripted.publish(&[stored("t", "b", "cpu")], false);
+    scripted.publish(&[stored("t", "c", "cpu")], false);
+    let notices = happened(&settle(&mut follower, &mut scripted));
+    assert!(
+        notices.iter().any(|n| matches!(
+            n,
+            Happened::Replayed {
+                from: 2,
+                through: 3,
+                ..
+            }
+        )),
+        "{notices:#?}"
+    );
+    assert_eq!(follower.counters().gaps, 1);
+}

@@ -1,0 +1,210 @@
+//! `kv-events mirror` as a user runs it, against a real publisher served by a model master:
+//! what it writes (JSON lines, on exit or to --dump) is the master's truth, and stderr says
+//! each recovery and the summaries.
+
+mod common;
+mod model;
+
+use common::{endpoint, TempDir};
+use model::{config, Model};
+use mooncake_kv_events::index::Index;
+use mooncake_kv_events::{Medium, MediumSet, Publisher};
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn mirror(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_kv-events"))
+        .arg("mirror")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kv-events runs")
+}
+
+/// Bytes as `mirror` writes them: a string, or `{"hex": "..."}`.
+fn bytes(value: &serde_json::Value) -> Vec<u8> {
+    match value {
+        serde_json::Value::String(text) => text.as_bytes().to_vec(),
+        other => {
+            let hex = other["hex"].as_str().expect("a string or {\"hex\": ...}");
+            (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect()
+        }
+    }
+}
+
+/// The index JSON lines hold.
+fn parse(lines: &str) -> Index {
+    let mut index = Index::new();
+    for line in lines.lines() {
+        let object: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let media = object["media"].as_array().expect("media");
+        assert!(!media.is_empty(), "{line}");
+        for medium in media {
+            let medium = match medium.as_str() {
+                Some("cpu") => Medium::Cpu,
+                Some("disk") => Medium::Disk,
+                other => panic!("medium {other:?}"),
+            };
+            index.store(&bytes(&object["tenant"]), &bytes(&object["key"]), medium);
+        }
+    }
+    index
+}
+
+fn terminate(child: &Child) {
+    // SAFETY: kill(2) on the child's own process id.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+}
+
+/// Waits for `child` to end, and its stdout and stderr.
+fn finish(mut child: Child) -> (bool, String, String) {
+    let (mut out, mut err) = (String::new(), String::new());
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let status = child.wait().unwrap();
+    (status.success(), out, err)
+}
+
+fn publisher(model: &Model) -> (Publisher, String, String) {
+    let (pub_endpoint, replay_endpoint) = (endpoint(), endpoint());
+    let publisher =
+        Publisher::create(&config(&pub_endpoint, &replay_endpoint)).expect("the publisher binds");
+    model.serve(&publisher);
+    (publisher, pub_endpoint, replay_endpoint)
+}
+
+#[test]
+fn mirror_dumps_the_truth_and_says_its_recoveries_and_summaries() {
+    let model = Model::new();
+    let (publisher, pub_endpoint, replay_endpoint) = publisher(&model);
+    model.churn(&publisher, 1, 2000, 400);
+    // A key that is not UTF-8.
+    model.set(
+        &publisher,
+        b"tenant-0",
+        b"k\xff\x00",
+        MediumSet::from([Medium::Cpu]),
+    );
+    let dir = TempDir::new("mirror-dump");
+    let dump = dir.path("index.jsonl");
+    let child = mirror(&[
+        &pub_endpoint,
+        "--replay-endpoint",
+        &replay_endpoint,
+        "--every",
+        "0.3",
+        "--dump",
+        dump.to_str().unwrap(),
+    ]);
+    // Changes while it runs, and a RemoveAll.
+    std::thread::sleep(Duration::from_millis(500));
+    model.churn(&publisher, 2, 2000, 400);
+    model.remove_all(&publisher, b"tenant-1");
+    assert!(publisher.flush(Duration::from_secs(10)));
+    // The periodic dump reaches the truth.
+    let truth = model.truth();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&dump).map(|d| parse(&d)).ok() != Some(truth.clone()) {
+        assert!(
+            Instant::now() < deadline,
+            "the dump never reached the truth"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    terminate(&child);
+    let (ok, out, err) = finish(child);
+    assert!(ok, "{err}");
+    assert_eq!(out, "", "the index goes to --dump");
+    let written = std::fs::read_to_string(&dump).unwrap();
+    assert_eq!(parse(&written), truth);
+    assert!(written.contains(r#"{"hex":"6bff00"}"#), "{written}");
+    assert!(err.contains("kv-events: snapshot: "), "{err}");
+    assert!(err.contains(" objects, S="), "{err}");
+    assert!(err.contains("kv-events: in sync after "), "{err}");
+    assert!(err.contains("in sync at sequence"), "{err}");
+    assert!(err.contains("objects        cpu       disk"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "kv-events: wrote the index of {pub_endpoint}, {} objects, in sync",
+            truth.objects()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn mirror_of_two_candidates_writes_the_live_ones_index_to_stdout_after_its_duration() {
+    let model = Model::new();
+    let (publisher, pub_endpoint, replay_endpoint) = publisher(&model);
+    model.churn(&publisher, 3, 1000, 300);
+    // The other candidate master is down.
+    let (down, down_replay) = (endpoint(), endpoint());
+    let child = mirror(&[
+        &down,
+        "--replay-endpoint",
+        &down_replay,
+        &pub_endpoint,
+        "--replay-endpoint",
+        &replay_endpoint,
+        "--duration",
+        "3",
+    ]);
+    std::thread::sleep(Duration::from_millis(500));
+    model.churn(&publisher, 4, 1000, 300);
+    assert!(publisher.flush(Duration::from_secs(10)));
+    let (ok, out, err) = finish(child);
+    assert!(ok, "{err}");
+    assert_eq!(parse(&out), model.truth(), "{err}");
+    assert!(
+        err.contains(&format!("kv-events: {pub_endpoint}: snapshot: ")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{down}: no snapshot yet")), "{err}");
+}
+
+#[test]
+fn mirror_without_a_publisher_writes_nothing_and_says_it_is_not_in_sync() {
+    let child = mirror(&[
+        &endpoint(),
+        "--replay-endpoint",
+        &endpoint(),
+        "--duration",
+        "0.5",
+    ]);
+    let (ok, out, err) = finish(child);
+    assert!(!ok);
+    assert_eq!(out, "");
+    assert!(err.contains("NOT in sync"), "{err}");
+}
+
+#[test]
+fn mirror_wants_a_replay_endpoint_per_endpoint() {
+    let child = mirror(&["a", "b", "--replay-endpoint", "r"]);
+    let mut child = child;
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("2 ENDPOINTs but 1 --replay-endpoint"), "{err}");
+    assert!(err.contains("Usage: kv-events mirror"), "{err}");
+}
