@@ -30,10 +30,12 @@ A publisher that refuses the indexer makes it exit 1 with the reason instead of 
 Ctrl-C or SIGTERM stops it cleanly: it writes --dump and --stats, prints its counters and
 exits 0.
 
-The dump is JSON lines, one per object, sorted:
-    {"backend": "store-a", "tenant": "default", "key": "prefix/0001", "media": ["cpu", "disk"]}
+The dump is JSON lines, one per object, in byte order of tenant then key, as
+`kv-events mirror` writes them:
+    {"key":"prefix/0001","media":["cpu","disk"],"tenant":"default"}
 Tenants and keys are the master's bytes: a JSON string when they are UTF-8, else
-{"hex": "<their bytes in hex>"}.
+{"hex": "<their bytes in hex>"}. With several publishers it holds the index of the one in
+sync heard from last (the leader of an HA deployment), or with --union all of them merged.
 
 tests/python_indexer.rs runs it against `kv-events demo` and checks its final index;
 tests/python/test_indexer.py tests its recovery step by step.
@@ -66,9 +68,11 @@ MAX_HELD = 200_000
 # Malformed messages described on stderr before only counting them.
 MAX_NOTES = 10
 
-COUNTERS = ("messages", "events", "malformed", "bad_events", "duplicates", "gaps", "missed",
-            "restarts", "replays", "replayed", "snapshots", "snapshot_events", "incomplete",
-            "timeouts", "failures", "held_dropped")
+# The counters of kv-events mirror's follower (docs/subscribers.md, "The counters"), and a few
+# more: missed, snapshot_events, timeouts, incomplete.
+COUNTERS = ("messages", "events", "discarded", "gaps", "missed", "replays", "replayed_messages",
+            "snapshots", "snapshot_events", "incarnations", "malformed", "skipped_events",
+            "failed_requests", "timeouts", "overflowed", "incomplete", "convergences")
 
 
 class Malformed(ValueError):
@@ -238,6 +242,8 @@ class Follower:
         self.started = now
         self.active_at = self.checked_at = now
         self.converged_at, self.recovery_since = None, None
+        self.last_convergence = self.longest_convergence = 0.0
+        self.heard_at = None      # the last stream message
         self.counters = dict.fromkeys(COUNTERS, 0)
 
     # The stream.
@@ -252,12 +258,11 @@ class Follower:
         except Malformed as e:
             self.malformed(f"skipped a malformed message: {e}")
             return
-        self.counters["messages"] += 1
-        self.active_at = self.checked_at = now
+        self.active_at = self.heard_at = self.checked_at = now
         self.suspect = None
         if self.stream_last is not None and sequence <= self.stream_last:
             # One life of a publisher sends increasing sequences: this is another one.
-            self.counters["restarts"] += 1
+            self.counters["incarnations"] += 1
             self.note(f"sequence {sequence} after {self.stream_last}: the publisher restarted")
             self.stream_last = sequence
             self.held.clear()
@@ -276,14 +281,14 @@ class Follower:
         self.held.append((sequence, events))
         if len(self.held) > MAX_HELD:
             self.held.popleft()
-            self.counters["held_dropped"] += 1
+            self.counters["overflowed"] += 1
             self.need_full = True
 
     def take(self, sequence, events, now):
         """Applies a live message in order; a gap starts a recovery."""
         if self.last is not None:
             if sequence <= self.last:
-                self.counters["duplicates"] += 1    # a snapshot or a replay had it already
+                self.counters["discarded"] += 1    # a snapshot or a replay had it already
                 return
             if sequence != self.last + 1:
                 self.counters["gaps"] += 1
@@ -301,17 +306,21 @@ class Follower:
             self.complete = sequence == 1
             if self.complete and self.converged_at is None:
                 self.converged_at = now
+                self.converged(now - self.started)
         self.apply(self.index, events)
         self.last = sequence
 
-    def apply(self, index, events):
+    def apply(self, index, events, counted="events"):
+        """Applies a message's events; counts them, in `snapshot_events` for a snapshot's."""
+        if counted == "events":
+            self.counters["messages"] += 1
         for raw in events:
             try:
                 index.apply(parse_event(raw))
-                self.counters["events"] += 1
+                self.counters[counted] += 1
             except Malformed as e:
-                self.counters["bad_events"] += 1
-                if self.counters["bad_events"] <= MAX_NOTES:
+                self.counters["skipped_events"] += 1
+                if self.counters["skipped_events"] <= MAX_NOTES:
                     self.note(f"skipped an event: {e}")
 
     def malformed(self, text):
@@ -376,7 +385,7 @@ class Follower:
                 self.failed(now, "the snapshot is damaged")
                 return
             request.events += len(events)
-            self.apply(request.index, events)
+            self.apply(request.index, events, counted="snapshot_events")
         elif request.kind == "snapshot" and verb == b"snapshot-end":
             self.end_snapshot(request, body, now)
         else:
@@ -386,6 +395,7 @@ class Follower:
     def on_error(self, text, now):
         request = self.asked
         if request.kind == "snapshot" and "not available" in text:
+            self.counters["failed_requests"] += 1
             self.note(f"no snapshots here ({text})")
             self.info["snapshots"] = False
             self.without_snapshot(self.info, now)
@@ -396,7 +406,7 @@ class Follower:
         self.info, self.asked = info, None
         new_life = self.incarnation is not None and info["incarnation"] != self.incarnation
         if new_life:
-            self.counters["restarts"] += 1
+            self.counters["incarnations"] += 1
             self.note(f"incarnation {info['incarnation']:#x} instead of {self.incarnation:#x}: "
                       "the publisher restarted")
         if request.purpose == "check" and self.last is None and not new_life:
@@ -460,8 +470,6 @@ class Follower:
 
     def end_replay(self, request, now):
         self.asked = None
-        self.counters["replays"] += 1
-        self.counters["replayed"] += len(request.messages)
         index = Index() if request.full else self.index
         last, hole = request.start - 1, False
         for sequence, events in request.messages:
@@ -471,7 +479,9 @@ class Follower:
                 hole = True
                 break
             self.apply(index, events)
+            self.counters["replayed_messages"] += 1
             last = sequence
+        self.counters["replays"] += not hole
         if request.full:
             if hole:
                 self.incomplete(request.incarnation, now,
@@ -503,7 +513,6 @@ class Follower:
             return
         self.asked = None
         self.counters["snapshots"] += 1
-        self.counters["snapshot_events"] += request.events
         self.install(request.index, sequence, incarnation, now)
 
     def install(self, index, sequence, incarnation, now):
@@ -521,16 +530,23 @@ class Follower:
         if self.state == "live" and self.complete:
             if self.converged_at is None:
                 self.converged_at = now
+                self.converged(now - self.started)
                 self.note(f"converged in {1e3 * (now - self.started):.1f} ms, "
                           f"{len(self.index)} objects at sequence {self.last}")
             elif self.recovery_since is not None:
+                self.converged(now - self.recovery_since)
                 self.note(f"recovered in {1e3 * (now - self.recovery_since):.1f} ms")
             self.recovery_since = None
+
+    def converged(self, took):
+        self.counters["convergences"] += 1
+        self.last_convergence = took
+        self.longest_convergence = max(self.longest_convergence, took)
 
     def failed(self, now, why):
         request = self.asked
         self.asked, self.reset_dealer = None, True
-        self.counters["failures"] += 1
+        self.counters["failed_requests"] += 1
         if request is not None and request.purpose == "check":
             self.go_live(now)   # a check that fails loses nothing: the next one asks again
             return
@@ -553,24 +569,34 @@ class Follower:
             self.checked_at = now
             self.ask(Ask("info", now, purpose="check"), [b"", b"info"])
 
+    def in_sync(self):
+        """Complete and following the stream: no recovery under way (a check may be)."""
+        checking = self.state == "asking" and self.asked is not None \
+            and self.asked.purpose == "check"
+        return self.complete and (self.state == "live" or checking)
+
     def summary(self):
         c = self.counters
         converged = ("not yet" if self.converged_at is None
                      else f"{1e3 * (self.converged_at - self.started):.1f} ms")
         return (f"{self.name}: {len(self.index)} objects, last sequence {self.last}, "
-                f"{'complete' if self.complete else 'INCOMPLETE'}, converged in {converged}; "
+                f"{'in sync' if self.in_sync() else 'complete' if self.complete else 'INCOMPLETE'}, "
+                f"converged in {converged} (longest {1e3 * self.longest_convergence:.1f} ms); "
                 f"gaps {c['gaps']} ({c['missed']} numbers), replays {c['replays']} "
-                f"({c['replayed']} messages), snapshots {c['snapshots']} "
-                f"({c['snapshot_events']} events), restarts {c['restarts']}, "
-                f"malformed {c['malformed']} messages and {c['bad_events']} events, "
-                f"timeouts {c['timeouts']}")
+                f"({c['replayed_messages']} messages), snapshots {c['snapshots']} "
+                f"({c['snapshot_events']} events), incarnations {c['incarnations']}, "
+                f"malformed {c['malformed']}, skipped events {c['skipped_events']}, "
+                f"failed requests {c['failed_requests']}")
 
     def stats(self):
+        ms = lambda seconds: round(1e3 * seconds, 1)  # noqa: E731
         return dict(
             self.counters, publisher=self.name, objects=len(self.index), last_sequence=self.last,
-            incarnation=self.incarnation, complete=self.complete,
+            incarnation=self.incarnation, complete=self.complete, in_sync=self.in_sync(),
             converged_ms=(None if self.converged_at is None
-                          else round(1e3 * (self.converged_at - self.started), 1)))
+                          else ms(self.converged_at - self.started)),
+            last_convergence_ms=ms(self.last_convergence),
+            longest_convergence_ms=ms(self.longest_convergence))
 
 
 class Refused(Exception):
@@ -676,15 +702,40 @@ def read_curve_keys(args):
     return server_public, public, secret
 
 
-def write_dump(path, links):
-    rows = sorted((entry for link in links for entry in link.follower.index.entries()),
-                  key=lambda e: e[:3])
-    with open(path + ".tmp", "w") as out:
-        for backend, tenant, key, media in rows:
-            out.write(json.dumps({"backend": backend, "tenant": rendered(tenant),
-                                  "key": rendered(key), "media": media}) + "\n")
+def freshest(followers):
+    """The follower whose index the dump holds: the one in sync heard from last, or else the
+    complete one heard from last, or else the one with any index heard from last."""
+    def heard(f):
+        return -1.0 if f.heard_at is None else f.heard_at
+    for wanted in (Follower.in_sync, lambda f: f.complete, lambda f: f.last is not None):
+        chosen = [f for f in followers if wanted(f)]
+        if chosen:
+            return max(chosen, key=heard)
+    return followers[0]
+
+
+def dump_lines(indexes):
+    """The JSON lines of the union of `indexes`: {"key", "media", "tenant"} per object, in
+    byte order of tenant then key, as kv-events mirror writes them."""
+    union = {}
+    for index in indexes:
+        for _, tenant, key, media in index.entries():
+            union.setdefault((tenant, key), set()).update(media)
+    for (tenant, key), media in sorted(union.items()):
+        yield json.dumps({"tenant": rendered(tenant), "key": rendered(key),
+                          "media": sorted(media)},
+                         sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def write_dump(path, indexes):
+    """Writes the dump beside `path`, then renames it over: a reader never sees half of it."""
+    count = 0
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        for line in dump_lines(indexes):
+            out.write(line + "\n")
+            count += 1
     os.replace(path + ".tmp", path)
-    return len(rows)
+    return count
 
 
 def run(links, idle_timeout):
@@ -744,7 +795,11 @@ def main(argv=None):
                              "(kv_events_replay_endpoint); repeat it for several")
     parser.add_argument("--idle-timeout", type=float, default=None,
                         help="exit after this many seconds without a message")
-    parser.add_argument("--dump", metavar="PATH", help="write the final index here, as JSON lines")
+    parser.add_argument("--dump", metavar="PATH",
+                        help="write the final index here, as JSON lines: that of the publisher "
+                             "in sync heard from last")
+    parser.add_argument("--union", action="store_true",
+                        help="dump every publisher's index merged instead")
     parser.add_argument("--stats", metavar="PATH", help="write the final counters here, as JSON")
     parser.add_argument("--curve-server-key", metavar="FILE",
                         help="the publisher's public key file (its NAME.pub): read a CURVE stream")
@@ -767,16 +822,22 @@ def main(argv=None):
     stopped = run(links, args.idle_timeout)
     if stopped:
         print(f"stopped by signal {stopped[0]}", file=sys.stderr, flush=True)
-    objects = sum(len(link.follower.index) for link in links)
+    followers = [link.follower for link in links]
+    chosen = None if args.union else freshest(followers)
+    indexes = [f.index for f in followers] if chosen is None else [chosen.index]
     if args.dump:
-        write_dump(args.dump, links)
+        objects = write_dump(args.dump, indexes)
+    else:
+        objects = sum(1 for _ in dump_lines(indexes))
     if args.stats:
         with open(args.stats, "w") as out:
-            json.dump({"publishers": [link.follower.stats() for link in links]}, out, indent=1)
-    for link in links:
-        print(link.follower.summary())
-    print(f"{objects} objects indexed from {len(links)} publisher{'s' * (len(links) != 1)}",
-          flush=True)
+            json.dump({"dumped": "union" if chosen is None else chosen.name,
+                       "publishers": [f.stats() for f in followers]}, out, indent=1)
+    for follower in followers:
+        print(follower.summary())
+    whose = ("the union of the publishers' indexes" if chosen is None
+             else f"the index of {chosen.name}")
+    print(f"{objects} objects indexed: {whose}", flush=True)
     context.destroy(linger=0)
 
 
