@@ -409,6 +409,16 @@ class Follower:
             self.counters["incarnations"] += 1
             self.note(f"incarnation {info['incarnation']:#x} instead of {self.incarnation:#x}: "
                       "the publisher restarted")
+            # Messages carry no incarnation: what was held may be the old life's. The new
+            # life's that are forgotten here show as a gap after the snapshot, and are replayed.
+            self.counters["discarded"] += len(self.held)
+            self.held.clear()
+        elif self.held and self.held[0][0] > info["last_sequence"] + 1:
+            # Numbered beyond what this life sent (info lags a sent message by one at most):
+            # the old life's, still queued when it ended. A new life's message taken for one
+            # is missed, and shows as a gap.
+            self.counters["discarded"] += len(self.held)
+            self.held.clear()
         if request.purpose == "check" and self.last is None and not new_life:
             self.go_live(now)   # following the stream from the next message: nothing to compare
             return

@@ -384,6 +384,36 @@ def test_a_restart_during_a_snapshot_abandons_it():
     assert plain(r.f) == [("t", "y", ["cpu"])] and r.f.last == 2
 
 
+def test_what_was_held_when_info_shows_a_new_life_is_forgotten():
+    r = Run()
+    r.live_at(5000, stored("a"))
+    r.later(indexer.CHECK_EVERY)
+    r.sent()
+    r.stream(message(5001, stored("old-life")))          # still queued when the old life ended
+    r.reply(info(incarnation=8, last=3, oldest=1))
+    assert r.sent() == [SNAPSHOT] and not r.f.held
+    r.reply(snapshot(stored("new")), snapshot_end(3, 1, incarnation=8))
+    assert plain(r.f) == [("t", "new", ["cpu"])] and r.f.last == 3
+    r.stream(message(4, stored("next")))                 # below 5001: taken for a new life
+    r.reply(info(incarnation=8, last=4, oldest=1))
+    r.reply(snapshot(stored("new"), stored("next")), snapshot_end(4, 2, incarnation=8))
+    assert plain(r.f) == [("t", "new", ["cpu"]), ("t", "next", ["cpu"])]
+    assert r.f.state == "live" and r.f.complete
+
+
+def test_a_held_message_beyond_what_the_publisher_sent_is_not_its():
+    """An old life's message in flight after the new life's snapshot: no endless asking."""
+    r = Run()
+    r.live_at(10, stored("a"), incarnation=8)
+    r.stream(message(5001, stored("old-life")))
+    for _ in range(3):
+        if r.sent() != [INFO]:
+            break
+        r.reply(info(incarnation=8, last=10, oldest=1))
+    assert r.f.state == "live" and r.sent() == [] and plain(r.f) == [("t", "a", ["cpu"])]
+    assert r.f.counters["discarded"] == 1
+
+
 # Without snapshots.
 
 def test_without_snapshots_a_replay_from_1_rebuilds_everything():
