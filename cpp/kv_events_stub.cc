@@ -60,7 +60,7 @@ mooncake_kv_events_queue_depth 0
 # HELP mooncake_kv_events_queue_capacity Calls the queue holds before dropping the oldest.
 # TYPE mooncake_kv_events_queue_capacity gauge
 mooncake_kv_events_queue_capacity 0
-# HELP mooncake_kv_events_last_sequence Transport sequence of the last message sent.
+# HELP mooncake_kv_events_last_sequence Last transport sequence taken: by a message, or by events dropped since.
 # TYPE mooncake_kv_events_last_sequence gauge
 mooncake_kv_events_last_sequence 0
 # HELP mooncake_kv_events_refused_handshakes_total Subscriber handshakes refused: not on an allow-list, wrong mechanism, wrong CURVE key.

@@ -19,7 +19,8 @@ pub struct Info {
     pub backend_id: String,
     /// The publisher's `dp_rank`.
     pub dp_rank: u64,
-    /// The sequence of the last message it sent, 0 before the first.
+    /// The last sequence it took, by a message or by events it dropped since (their gap);
+    /// 0 before any.
     pub last_sequence: u64,
     /// The oldest sequence a replay can send now, 0 when none.
     pub oldest_sequence: u64,

@@ -13,9 +13,7 @@ use crate::security::{Guard, Settings, MAX_REQUEST_BYTES, MAX_SUBSCRIPTION_BYTES
 use crate::snapshot::{self, ObjectSource};
 use crate::stats::{Counters, Stats};
 use crate::worker::{Outlet, Worker};
-use std::sync::atomic::{
-    AtomicBool, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::SeqCst,
-};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
@@ -239,15 +237,13 @@ impl Publisher {
                     backend_id: config.backend_id.clone(),
                     dp_rank: config.dp_rank,
                 };
-                let (taken, callers) = (Arc::clone(&ring), Arc::clone(&shared));
+                let taken = Arc::clone(&ring);
                 let snapshots = Snapshots {
                     source: Arc::clone(&source),
                     context: snapshot::Context {
                         config: Arc::new(config.clone()),
                         incarnation,
-                        sequence_now: Arc::new(move || {
-                            taken.sequence_taken(callers.counters.dropped_events.load(Acquire))
-                        }),
+                        sequence_now: Arc::new(move || taken.last_taken()),
                     },
                 };
                 let server = Server::start(

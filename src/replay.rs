@@ -12,7 +12,8 @@
 //!   `sequence` (S), `objects`, `events`, `incarnation` and `tenant`: see [`crate::snapshot`].
 //!   One snapshot at a time; another request meanwhile is answered "busy".
 //! - `["", "info"]`: `["", "info", map]`, the map holding `incarnation`, `backend_id`,
-//!   `dp_rank`, `last_sequence` (of the last message sent, 0 before the first),
+//!   `dp_rank`, `last_sequence` (the last sequence taken, by a message or by events dropped
+//!   since; 0 before any),
 //!   `oldest_sequence` (the oldest a replay can send, 0 when none) and `snapshots` (whether
 //!   the master registered an object source).
 //! - anything else: `["", "error", text]`, counted in `bad_requests`.
@@ -54,10 +55,7 @@ pub(crate) struct Ring {
     capacity: u64,
     /// The messages, and their payloads' bytes.
     held: Mutex<(VecDeque<Sent>, u64)>,
-    /// The last message's sequence with the publisher's `dropped_events` as it numbered it:
-    /// the drops counted since take the next numbers.
-    numbered: Mutex<(u64, u64)>,
-    /// The sequence of the last message sent, delivered or not.
+    /// The last sequence taken: by a message, delivered or not, or by dropped events.
     last_sequence: AtomicU64,
     counters: Arc<PeerCounters>,
 }
@@ -67,16 +65,24 @@ impl Ring {
         Ring {
             capacity,
             held: Mutex::new((VecDeque::new(), 0)),
-            numbered: Mutex::new((0, 0)),
             last_sequence: AtomicU64::new(0),
             counters,
         }
     }
 
-    /// The publishing thread sent message `sequence`, numbered when `dropped_events` was
-    /// `dropped`; `payload` when the socket took it.
-    pub(crate) fn sent(&self, sequence: u64, dropped: u64, payload: Option<&[u8]>) {
-        *self.numbered.lock().unwrap_or_else(PoisonError::into_inner) = (sequence, dropped);
+    /// The publishing thread took the numbers up to `sequence` for events it dropped.
+    pub(crate) fn taken(&self, sequence: u64) {
+        self.last_sequence.store(sequence, Relaxed);
+    }
+
+    /// The last sequence the publishing thread took, by a message or by dropped events:
+    /// everything numbered up to it happened before now.
+    pub(crate) fn last_taken(&self) -> u64 {
+        self.last_sequence.load(Relaxed)
+    }
+
+    /// The publishing thread sent message `sequence`; `payload` when the socket took it.
+    pub(crate) fn sent(&self, sequence: u64, payload: Option<&[u8]>) {
         self.last_sequence.store(sequence, Relaxed);
         let Some(payload) = payload.filter(|p| p.len() as u64 <= self.capacity) else {
             return;
@@ -94,14 +100,6 @@ impl Ring {
         self.counters.replay_buffer_bytes.store(*bytes, Relaxed);
         let oldest = messages.front().map_or(0, |(s, _)| *s);
         self.counters.replay_oldest_sequence.store(oldest, Relaxed);
-    }
-
-    /// The last sequence taken now, by a message or by an event dropped before it was sent,
-    /// given `dropped_events` read now: every message after it holds events of calls made
-    /// later or of calls whose message was not sent yet.
-    pub(crate) fn sequence_taken(&self, dropped_now: u64) -> u64 {
-        let (sequence, dropped) = *self.numbered.lock().unwrap_or_else(PoisonError::into_inner);
-        sequence + dropped_now.saturating_sub(dropped)
     }
 
     /// Up to `max` held messages with sequences from `from` through `through`.
@@ -358,7 +356,7 @@ impl Serving {
         let fields: [(&str, u64); 4] = [
             ("incarnation", id.incarnation),
             ("dp_rank", u64::from(id.dp_rank)),
-            ("last_sequence", self.ring.last_sequence.load(Relaxed)),
+            ("last_sequence", self.ring.last_taken()),
             ("oldest_sequence", self.ring.oldest()),
         ];
         // Writing to a Vec cannot fail.
@@ -565,7 +563,7 @@ mod tests {
     fn the_ring_keeps_the_newest_within_its_bytes() {
         let ring = Ring::new(10, Arc::default());
         for sequence in 1..=5 {
-            ring.sent(sequence, 0, Some(&[sequence as u8; 3]));
+            ring.sent(sequence, Some(&[sequence as u8; 3]));
         }
         // 3 messages of 3 bytes fit in 10.
         let held: Vec<u64> = ring.slice(0, u64::MAX, 100).iter().map(|m| m.0).collect();
@@ -573,14 +571,15 @@ mod tests {
         assert_eq!(ring.oldest(), 3);
         assert_eq!(ring.counters.replay_buffer_bytes.load(Relaxed), 9);
         // A failed send takes its number but leaves nothing to replay.
-        ring.sent(6, 0, None);
+        ring.sent(6, None);
         assert_eq!(ring.last_sequence.load(Relaxed), 6);
         let from_4: Vec<u64> = ring.slice(4, 6, 1).iter().map(|m| m.0).collect();
         assert_eq!(from_4, [4]);
         // A payload larger than the whole buffer is not kept.
-        ring.sent(7, 0, Some(&[0; 11]));
+        ring.sent(7, Some(&[0; 11]));
         assert_eq!(ring.oldest(), 3);
-        // Two events dropped since message 7 was numbered take 8 and 9.
-        assert_eq!(ring.sequence_taken(2), 9);
+        // Two dropped events take 8 and 9.
+        ring.taken(9);
+        assert_eq!((ring.last_taken(), ring.oldest()), (9, 3));
     }
 }

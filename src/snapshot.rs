@@ -11,8 +11,11 @@
 //! and a requester that reads slowly makes `add` wait, never a master's caller.
 //!
 //! Why applying a snapshot, then every stream message numbered above its `sequence` S, gives
-//! the master's state: S is taken before the source reads anything, and counts the numbers
-//! that drops before that moment reserved. The master changes an object and makes the call
+//! the master's state: S is the last sequence the publishing thread took before the source
+//! reads anything, by a message or for dropped events, so everything numbered up to S
+//! happened before the snapshot began; the publishing thread numbers drops between batches,
+//! where they stand in the stream, never ahead of a batch it holds (`worker.rs`). The
+//! master changes an object and makes the call
 //! that announces it under the same lock that the source takes to copy the object out. A
 //! change the source saw was announced by a message that is either at most S (sent before
 //! the snapshot began, so already in the state the snapshot shows) or above S (applied

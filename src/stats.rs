@@ -29,7 +29,8 @@ pub struct Stats {
     pub queue_depth: u64,
     /// How many calls' events the queue holds before dropping the oldest.
     pub queue_capacity: u64,
-    /// The transport sequence of the last message sent, 0 before the first.
+    /// The last transport sequence taken: by the last message sent, or by the events
+    /// dropped since it (the gap the next message shows); 0 before any.
     pub last_sequence: u64,
     /// Subscriber handshakes refused since creation: a key or address not on an allow-list,
     /// no CURVE or CURVE against a plain publisher, a CURVE handshake that does not decrypt
@@ -221,7 +222,7 @@ const METRICS: [Metric; 24] = [
     (
         "last_sequence",
         "gauge",
-        "Transport sequence of the last message sent.",
+        "Last transport sequence taken: by a message, or by events dropped since.",
         |s| s.last_sequence,
     ),
     (

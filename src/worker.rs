@@ -42,9 +42,10 @@ pub(crate) struct Worker {
     scans: ScanLog,
     batch: Vec<Record>,
     batch_events: usize,
-    /// The transport sequence of the last message, sent or not.
+    /// The last transport sequence taken: by a message, sent or not, or by a dropped event.
     sequence: u64,
-    /// `dropped_events` as of the last message: the growth since is the next gap.
+    /// `dropped_events` when numbers were last taken for drops: the growth since is the
+    /// next gap.
     dropped_seen: u64,
     payload: Vec<u8>,
     send_failures: RateLimited,
@@ -182,7 +183,13 @@ impl Worker {
     /// dropped.
     fn drain(&mut self, deadline: Option<Instant>) -> (usize, usize) {
         let (mut taken, mut dropped) = (0, 0);
-        while let Some(record) = self.shared.queue.pop() {
+        loop {
+            if self.batch_events == 0 {
+                self.number_drops();
+            }
+            let Some(record) = self.shared.queue.pop() else {
+                break;
+            };
             taken += 1;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 dropped += record.event_count();
@@ -240,6 +247,27 @@ impl Worker {
         }
     }
 
+    /// Takes a sequence number for each event dropped since the last look, between
+    /// batches: a full queue drops its oldest records, which are newer than every record
+    /// this thread took and older than every one it will take, so their gap goes here, in
+    /// their place in the stream. A subscriber that asks `info` sees it even when no message
+    /// follows, and a snapshot's sequence taken now covers only events that are behind it.
+    fn number_drops(&mut self) {
+        let dropped = self.shared.counters.dropped_events.load(Acquire);
+        if dropped == self.dropped_seen {
+            return;
+        }
+        self.sequence += dropped - self.dropped_seen;
+        self.dropped_seen = dropped;
+        self.shared
+            .counters
+            .last_sequence
+            .store(self.sequence, Relaxed);
+        if let Some(ring) = &self.ring {
+            ring.taken(self.sequence);
+        }
+    }
+
     fn send_batch(&mut self) {
         if self.batch_events == 0 {
             return;
@@ -254,9 +282,7 @@ impl Worker {
             &mut self.payload,
         );
         let counters = &self.shared.counters;
-        let dropped = counters.dropped_events.load(Acquire);
-        self.sequence += 1 + (dropped - self.dropped_seen);
-        self.dropped_seen = dropped;
+        self.sequence += 1;
         counters.last_sequence.store(self.sequence, Relaxed);
 
         let sent = self
@@ -268,11 +294,7 @@ impl Worker {
             })
             .and_then(|()| self.socket.send(&self.payload[..], 0));
         if let Some(ring) = &self.ring {
-            ring.sent(
-                self.sequence,
-                self.dropped_seen,
-                sent.is_ok().then_some(&self.payload[..]),
-            );
+            ring.sent(self.sequence, sent.is_ok().then_some(&self.payload[..]));
         }
         match sent {
             Ok(()) => {

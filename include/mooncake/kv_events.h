@@ -165,7 +165,7 @@ struct Stats {
   uint64_t send_failures = 0;         // messages the socket refused (sequence still used)
   uint64_t queue_depth = 0;           // calls whose events wait in the queue now
   uint64_t queue_capacity = 0;        // calls the queue holds before dropping the oldest
-  uint64_t last_sequence = 0;         // transport sequence of the last message, 0 before any
+  uint64_t last_sequence = 0;         // last sequence taken: a message, or drops since it
   uint64_t refused_handshakes = 0;    // subscriber handshakes refused (allow-lists, CURVE),
                                       // one per attempt
   uint64_t incarnation = 0;           // random id of this publisher's life; a restart shows a new one

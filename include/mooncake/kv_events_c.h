@@ -177,7 +177,7 @@ typedef struct kv_events_stats {
   uint64_t send_failures;          /* messages the socket refused */
   uint64_t queue_depth;            /* calls whose events wait in the queue now */
   uint64_t queue_capacity;         /* calls the queue holds before dropping the oldest */
-  uint64_t last_sequence;          /* transport sequence of the last message, 0 before any */
+  uint64_t last_sequence;          /* last sequence taken: a message, or drops since it */
   uint64_t refused_handshakes;     /* subscriber handshakes refused: allow-list, CURVE */
   uint64_t incarnation;             /* random id of this publisher's life; a restart shows a new one */
   uint64_t connections;             /* connections the sockets hold now */
