@@ -422,8 +422,8 @@ class Follower:
         if request.purpose == "check" and self.last is None and not new_life:
             self.go_live(now)   # following the stream from the next message: nothing to compare
             return
-        # A last_sequence below the index's is no restart: a snapshot's S counts the numbers
-        # of events dropped since the last message, which the next message will take.
+        # A last_sequence at or below the index's means nothing is missing (info may lag a
+        # snapshot's S, read a moment later): no restart, no loss.
         if not (self.need_full or new_life or self.last is None):
             if info["last_sequence"] <= self.last or (self.held and self.held[0][0] == self.last + 1):
                 self.go_live(now)  # nothing missing, or the held messages go on from the index
