@@ -444,7 +444,8 @@ fn dump_index(path: &Path, master: &Master<'_>, stats: &Stats) -> io::Result<usi
     Ok(dump.objects.len())
 }
 
-/// A key as `indexer.py` renders it: UTF-8 as is, anything else as `hex:` and its bytes.
+/// A key in the expected index (`--dump-index`): UTF-8 as is, anything else as `hex:` and
+/// its bytes.
 fn rendered_key(key: &[u8]) -> String {
     match std::str::from_utf8(key) {
         Ok(text) => text.to_owned(),
@@ -494,7 +495,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_render_as_the_python_indexer_renders_them() {
+    fn keys_render_as_text_or_hex_in_the_expected_index() {
         assert_eq!(rendered_key(b"obj-1"), "obj-1");
         assert_eq!(rendered_key(b"k\xff\x00"), "hex:6bff00");
         assert_eq!(rendered_key("caf\u{e9}".as_bytes()), "caf\u{e9}");
