@@ -28,6 +28,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -413,23 +414,33 @@ class Publisher {
       kv_events_set_object_source(handle_, nullptr, nullptr, nullptr);
       return;
     }
-    auto* owned = new ObjectSource(std::move(source));
+    // The library hands the source to its snapshot thread through its own locks, which a
+    // race detector in the master's build cannot see; this release and the acquire before
+    // each call show it that everything the master did before registering comes first.
+    struct Owned {
+      ObjectSource function;
+      std::atomic<bool> registered{false};
+    };
+    auto* owned = new Owned{std::move(source)};
+    owned->registered.store(true, std::memory_order_release);
     const int status = kv_events_set_object_source(
         handle_,
         [](void* context, const char* tenant_id, size_t tenant_id_len,
            kv_events_snapshot* snapshot) -> int {
+          auto* source = static_cast<Owned*>(context);
+          static_cast<void>(source->registered.load(std::memory_order_acquire));
           std::optional<std::string_view> tenant;
           if (tenant_id != nullptr) tenant.emplace(tenant_id, tenant_id_len);
           Snapshot objects(snapshot);
           // Nothing the master's source throws may unwind into the library.
           try {
-            (*static_cast<ObjectSource*>(context))(tenant, objects);
+            source->function(tenant, objects);
             return 0;
           } catch (...) {
             return -1;
           }
         },
-        owned, [](void* context) { delete static_cast<ObjectSource*>(context); });
+        owned, [](void* context) { delete static_cast<Owned*>(context); });
     if (status == KV_EVENTS_ERR_NO_MEMORY) throw std::bad_alloc();
   }
 
