@@ -120,6 +120,18 @@ impl Index {
     }
 }
 
+/// Waits until `sub` receives `master`'s stream (ZeroMQ's slow joiner): setup, not an
+/// assertion; each probe is a change and its undoing, so it leaves the objects as they were.
+fn joined(master: &Master, sub: &zmq::Socket) {
+    let probe = (b"probe".to_vec(), b"probe".to_vec());
+    assert!(eventually(|| {
+        master.set(probe.clone(), MediumSet::from([Medium::Cpu]));
+        master.set(probe.clone(), MediumSet::EMPTY);
+        master.publisher.flush(Duration::from_secs(5));
+        sub.poll(zmq::POLLIN, 50).unwrap() > 0
+    }));
+}
+
 /// A DEALER on the replay socket.
 fn dealer(endpoint: &str) -> zmq::Socket {
     let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
@@ -238,13 +250,7 @@ fn join_while_changing(seed: u64, queue_capacity: u32, flood: bool) -> Joined {
     }
     // The stream first, so that nothing after the snapshot's sequence is missed.
     let sub = raw_subscriber(&pub_endpoint, None);
-    let probe = (b"probe".to_vec(), b"probe".to_vec());
-    assert!(eventually(|| {
-        master.set(probe.clone(), MediumSet::from([Medium::Cpu]));
-        master.set(probe.clone(), MediumSet::EMPTY);
-        master.publisher.flush(Duration::from_secs(5));
-        sub.poll(zmq::POLLIN, 50).unwrap() > 0
-    }));
+    joined(&master, &sub);
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writers: Vec<_> = (0..3)
@@ -584,13 +590,7 @@ fn replayed_messages_are_byte_identical_to_those_first_sent() {
     let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
     let master = Master::new(Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap());
     let sub = raw_subscriber(&pub_endpoint, None);
-    let probe = (b"probe".to_vec(), b"probe".to_vec());
-    assert!(eventually(|| {
-        master.set(probe.clone(), MediumSet::from([Medium::Cpu]));
-        master.set(probe.clone(), MediumSet::EMPTY);
-        master.publisher.flush(Duration::from_secs(5));
-        sub.poll(zmq::POLLIN, 50).unwrap() > 0
-    }));
+    joined(&master, &sub);
     let mut rng = Rng::new(7);
     for i in 0..500 {
         master.set(random_object(&mut rng), random_media(&mut rng));
