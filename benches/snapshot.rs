@@ -111,7 +111,7 @@ fn snapshot(endpoint: &str) -> ((u64, u64, u64), Duration) {
             b"snapshot" => messages += 1,
             b"snapshot-end" => {
                 let end = rmpv::decode::read_value(&mut &frames[2][..]).unwrap();
-                let objects = mooncake_kv_events::watch::field(&end, "objects")
+                let objects = mooncake_kv_events::wire::field(&end, "objects")
                     .and_then(rmpv::Value::as_u64)
                     .unwrap();
                 return ((messages, bytes, objects), started.elapsed());

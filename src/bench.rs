@@ -2,9 +2,9 @@
 //! bench`); not part of the library's interface.
 
 use crate::config::Config;
-use crate::encode::{Encoder, MAX_BATCH_EVENTS};
 use crate::event::{Event, EventKind};
 use crate::media::Medium;
+use crate::wire::encode::{Encoder, MAX_BATCH_EVENTS};
 
 /// Encodes full batches of one kind of event with a 64-byte key, as the publishing thread does.
 #[derive(Debug)]
@@ -58,19 +58,19 @@ impl EncodeBatches {
 /// everything.
 #[derive(Debug)]
 pub struct FullQueue {
-    queue: crate::queue::EventQueue,
+    queue: crate::publisher::queue::EventQueue,
     /// Held so that what a full queue costs includes its pool, as a publisher's does.
-    _strings: crate::pool::StringPool,
+    _strings: crate::publisher::pool::StringPool,
 }
 
 impl FullQueue {
     /// `capacity` calls of `on_put_commit(tenant, key, group, {cpu})`.
     pub fn new(capacity: usize, tenant: &[u8], key: &[u8], group: &[u8]) -> FullQueue {
-        use crate::event::ObjectEvents;
         use crate::media::MediumSet;
-        use crate::queue::{EventQueue, Record};
+        use crate::publisher::queue::{EventQueue, Record};
+        use crate::publisher::record::ObjectEvents;
         let queue = EventQueue::new(capacity);
-        let strings = crate::pool::StringPool::for_queue(capacity);
+        let strings = crate::publisher::pool::StringPool::for_queue(capacity);
         let cpu = MediumSet::from([Medium::Cpu]);
         for _ in 0..capacity {
             let object = ObjectEvents::new(tenant, key, group, MediumSet::EMPTY, cpu, &strings);
@@ -205,7 +205,7 @@ impl KeyShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::BLOCK_BYTES;
+    use crate::publisher::pool::BLOCK_BYTES;
 
     #[test]
     fn shapes_have_the_lengths_their_names_promise() {

@@ -204,7 +204,7 @@ impl From<&BridgeConfig> for Config {
 }
 
 fn validate_config(config: &BridgeConfig) -> Result<(), CreateError> {
-    Config::from(config).validate()
+    Config::from(config).validate().map(|_| ())
 }
 
 fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>, CreateError> {

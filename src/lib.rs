@@ -4,12 +4,20 @@
 //! readable on a logical medium (`cpu` or `disk`); the publisher turns those calls into
 //! `stored`, `removed` and `cleared` events and publishes them, in msgpack batches, on a
 //! ZeroMQ PUB socket from its own thread, so that KV-aware routers and indexers can follow
-//! what the store holds. The wire format is written in `encode.rs`; docs/spec.md is the contract.
+//! what the store holds. docs/spec.md is the contract; docs/design.md maps this crate.
 //!
-//! The master links this crate as `libmooncake_kv_events.so`, whose only exports are the C API
-//! of `include/mooncake/kv_events_c.h` (C++ masters include its inline wrapper
-//! `include/mooncake/kv_events.h`); the C++ layer behind that API reaches Rust through the `cxx`
-//! bridge in `ffi.rs`.
+//! The rooms, each with its contract in its module documentation:
+//! - `config`: the flags, validated once into [`Settings`] (key files read there);
+//! - `publisher`: the handle, the queue and the string pool, the state the callers share
+//!   with the publishing thread, the RemoveAll rule, the publishing thread;
+//! - [`wire`]: the wire format, encoded and decoded;
+//! - `transport`: the sockets, CURVE and ZAP, the connection watch, ipc binding;
+//! - `recovery`: the replay socket and snapshots;
+//! - [`subscriber`]: reading the stream and getting back to the truth;
+//! - beside them, the vocabulary every room uses: media, events, CURVE [`keys`], stats, the
+//!   log, creation errors; and `ffi`, the `cxx` bridge through which the C API of
+//!   `include/mooncake/kv_events_c.h` (the only exports of `libmooncake_kv_events.so`)
+//!   reaches the publisher.
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -20,32 +28,25 @@
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod bench;
-pub mod catchup;
 mod config;
-mod connections;
-mod encode;
+mod error;
 mod event;
 mod ffi;
-pub mod follow;
-pub mod index;
 pub mod keys;
 mod log;
 mod media;
-mod pool;
 mod publisher;
-mod queue;
-mod replay;
-mod scan;
-mod security;
-mod snapshot;
+mod recovery;
 mod stats;
-pub mod watch;
-mod worker;
+pub mod subscriber;
+mod transport;
+pub mod wire;
 
-pub use config::{Config, CreateError};
+pub use config::{Config, Settings};
+pub use error::CreateError;
 pub use event::EventKind;
 pub use log::{remove_log_sink, set_log_sink, Level};
 pub use media::{Medium, MediumSet, ReplicaKind};
 pub use publisher::{Publisher, RemoveAllScan};
-pub use snapshot::{Abandoned, ObjectSource, Objects};
+pub use recovery::{Abandoned, ObjectSource, Objects};
 pub use stats::Stats;

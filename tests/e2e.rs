@@ -3,7 +3,8 @@
 mod common;
 
 use common::{assert_silent, config, connected, read_events};
-use mooncake_kv_events::watch::{field, Batch, Continuity};
+use mooncake_kv_events::subscriber::{Batch, Continuity};
+use mooncake_kv_events::wire::field;
 use mooncake_kv_events::{Config, CreateError, Medium, MediumSet, Publisher};
 use rmpv::Value;
 use std::collections::BTreeSet;
@@ -475,7 +476,7 @@ fn creation_errors_name_the_endpoint_and_the_reason() {
         ),
     ] {
         let err = Publisher::create(&config(endpoint)).unwrap_err();
-        assert!(matches!(err, CreateError::Endpoint { .. }), "{err:?}");
+        assert!(matches!(err, CreateError::Bind { .. }), "{err:?}");
         let message = err.to_string();
         assert!(
             message.contains(endpoint) && message.contains(reason),

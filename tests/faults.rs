@@ -5,7 +5,8 @@
 mod common;
 
 use common::{config, connected, endpoint, gaps, publish, read_events, subscribe};
-use mooncake_kv_events::watch::{field, Batch, Continuity};
+use mooncake_kv_events::subscriber::{Batch, Continuity};
+use mooncake_kv_events::wire::field;
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use rmpv::Value;
 use std::time::{Duration, Instant};
@@ -31,7 +32,7 @@ fn slowest_of(publisher: &Publisher, n: usize) -> Duration {
 }
 
 /// Reads until the message of sequence `last` arrived; panics if the stream stops first.
-fn read_through(sub: &mut mooncake_kv_events::watch::Subscriber, last: u64) -> Vec<Batch> {
+fn read_through(sub: &mut mooncake_kv_events::subscriber::Subscriber, last: u64) -> Vec<Batch> {
     let mut batches: Vec<Batch> = Vec::new();
     while batches.last().is_none_or(|b| b.sequence < last) {
         let batch = sub.recv(Duration::from_secs(10)).unwrap();

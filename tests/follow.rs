@@ -7,7 +7,7 @@ mod model;
 
 use common::endpoint;
 use model::{config, converge, Model};
-use mooncake_kv_events::follow::{FollowOptions, Follower, Happened, Source};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Source};
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::thread;
 use std::time::Duration;

@@ -6,8 +6,8 @@
 mod common;
 
 use common::endpoint;
-use mooncake_kv_events::follow::{FollowOptions, Follower, Happened, Notice, Source};
-use mooncake_kv_events::index::Index;
+use mooncake_kv_events::subscriber::Index;
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Source};
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::thread;

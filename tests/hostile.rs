@@ -8,8 +8,8 @@
 mod common;
 
 use common::{eventually, tcp_endpoint, TempDir};
-use mooncake_kv_events::catchup::{Catchup, ReplayClient};
-use mooncake_kv_events::watch::{Continuity, Subscriber};
+use mooncake_kv_events::subscriber::{Catchup, ReplayClient};
+use mooncake_kv_events::subscriber::{Continuity, Subscriber};
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -281,7 +281,7 @@ fn replaying(send_hwm: u32, replay_buffer_bytes: u64) -> (Publisher, String, Str
 /// checked; every sequence number taken, and the numbers lost at the end.
 fn read_to_the_end(subscriber: &mut Subscriber, catchup: &mut Catchup) -> (Vec<u64>, u64) {
     let mut sequences = Vec::new();
-    let mut record = |batches: Vec<mooncake_kv_events::watch::Batch>| {
+    let mut record = |batches: Vec<mooncake_kv_events::subscriber::Batch>| {
         for batch in batches {
             sequences.push((batch.sequence, batch.continuity));
         }

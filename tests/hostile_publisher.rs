@@ -5,7 +5,7 @@
 
 mod common;
 
-use mooncake_kv_events::watch::{Continuity, Subscriber, SubscriberOptions, WatchError};
+use mooncake_kv_events::subscriber::{Continuity, Subscriber, SubscriberOptions, WatchError};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Duration;

@@ -7,7 +7,7 @@ mod model;
 
 use common::{endpoint, TempDir};
 use model::{config, Model};
-use mooncake_kv_events::index::Index;
+use mooncake_kv_events::subscriber::Index;
 use mooncake_kv_events::{Medium, MediumSet, Publisher};
 use std::io::Read;
 use std::process::{Child, Command, Stdio};

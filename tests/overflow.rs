@@ -3,7 +3,8 @@
 mod common;
 
 use common::{config, connected, gaps};
-use mooncake_kv_events::watch::{field, Batch};
+use mooncake_kv_events::subscriber::Batch;
+use mooncake_kv_events::wire::field;
 use mooncake_kv_events::{Config, Medium, MediumSet, Stats};
 use rmpv::Value;
 use std::collections::HashMap;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{config, publish};
-use mooncake_kv_events::watch::Subscriber;
+use mooncake_kv_events::subscriber::Subscriber;
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@ use common::{
     TempDir,
 };
 use mooncake_kv_events::keys::KeyPair;
-use mooncake_kv_events::watch::{CurveClient, Subscriber, WatchError};
+use mooncake_kv_events::subscriber::{CurveClient, Subscriber, WatchError};
 use mooncake_kv_events::{set_log_sink, Config, Medium, MediumSet, Publisher};
 use std::io::{Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
@@ -57,7 +57,7 @@ fn without_timestamps(mut frames: Vec<Vec<Vec<u8>>>) -> Vec<Vec<Vec<u8>>> {
     for message in &mut frames {
         let payload = &mut message[2];
         let timestamp =
-            mooncake_kv_events::watch::decode_message(&[vec![], vec![0; 8], payload.clone()])
+            mooncake_kv_events::wire::decode_message(&[vec![], vec![0; 8], payload.clone()])
                 .unwrap()
                 .timestamp_ms;
         let mut encoded = Vec::new();
@@ -113,7 +113,7 @@ fn delivered(publisher: &Publisher, subscriber: &zmq::Socket) -> (usize, usize) 
     let received = raw_messages(subscriber, Duration::from_millis(500))
         .iter()
         .map(|m| {
-            mooncake_kv_events::watch::decode_message(m)
+            mooncake_kv_events::wire::decode_message(m)
                 .unwrap()
                 .events
                 .len()

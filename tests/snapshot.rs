@@ -5,7 +5,7 @@
 mod common;
 
 use common::{eventually, raw_subscriber, tcp_endpoint};
-use mooncake_kv_events::watch::{decode_message, field};
+use mooncake_kv_events::wire::{decode_message, field};
 use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
 use rmpv::Value;
 use std::collections::{BTreeMap, HashMap};

@@ -6,7 +6,8 @@
 mod common;
 
 use common::{config, raw_messages, raw_subscriber};
-use mooncake_kv_events::watch::{decode_message, field, Bytes, Continuity, Event, Message};
+use mooncake_kv_events::subscriber::Continuity;
+use mooncake_kv_events::wire::{decode_message, field, Bytes, Event, Message};
 use mooncake_kv_events::{Config, EventKind, Medium, MediumSet, Publisher};
 use rmpv::Value;
 use serde::Deserialize;

@@ -1,7 +1,7 @@
 //! A publisher and a subscriber on a private ipc endpoint, for tests that read the real stream.
 #![allow(dead_code)] // each test binary uses part of this
 
-use mooncake_kv_events::watch::{Batch, Continuity, Reach, Subscriber};
+use mooncake_kv_events::subscriber::{Batch, Continuity, Reach, Subscriber};
 use mooncake_kv_events::{Config, Publisher};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! that copies them under the same lock, as a real master's shards do.
 #![allow(dead_code)] // each test binary uses part of this
 
-use mooncake_kv_events::follow::{Follower, Notice};
-use mooncake_kv_events::index::Index;
+use mooncake_kv_events::subscriber::Index;
+use mooncake_kv_events::subscriber::{Follower, Notice};
 use mooncake_kv_events::{Config, MediumSet, Objects, Publisher};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -4,10 +4,10 @@
 
 use crate::args::MirrorArgs;
 use crate::view::{connect_form, RCVHWM};
-use mooncake_kv_events::follow::{FollowOptions, Follower, Happened, Notice, Source};
-use mooncake_kv_events::index::{json_bytes, Index};
 use mooncake_kv_events::keys;
-use mooncake_kv_events::watch::CurveClient;
+use mooncake_kv_events::subscriber::CurveClient;
+use mooncake_kv_events::subscriber::{json_bytes, Index};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Source};
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;

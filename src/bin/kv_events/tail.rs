@@ -3,8 +3,10 @@
 
 use crate::args::{Show, TailArgs};
 use crate::view::{connect_form, Tally, View, RCVHWM};
-use mooncake_kv_events::catchup::{Catchup, ReplayClient};
-use mooncake_kv_events::watch::{CurveClient, Reach, Subscriber, SubscriberOptions, WatchError};
+use mooncake_kv_events::subscriber::{Catchup, ReplayClient};
+use mooncake_kv_events::subscriber::{
+    CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
+};
 use std::io::{self, Write};
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,8 @@
 //! stderr when its sequence does not follow (whatever the filter), and counts.
 
 use crate::args::Show;
-use mooncake_kv_events::watch::{self, Batch, Continuity};
+use mooncake_kv_events::subscriber::{Batch, Continuity};
+use mooncake_kv_events::wire;
 use rmpv::Value;
 use std::io::{self, Write};
 use std::time::Instant;
@@ -66,7 +67,7 @@ pub(crate) enum EventType {
 
 impl EventType {
     fn of(event: &Value) -> EventType {
-        watch::field(event, "event_type")
+        wire::field(event, "event_type")
             .and_then(Value::as_str)
             .and_then(EventType::named)
             .unwrap_or(EventType::Other)
@@ -99,7 +100,7 @@ pub(crate) struct Filter {
 impl Filter {
     /// Whether `event` passes.
     pub(crate) fn matches(&self, event: &Value) -> bool {
-        let bytes = |key| watch::field(event, key).and_then(raw_bytes);
+        let bytes = |key| wire::field(event, key).and_then(raw_bytes);
         (self.types.is_empty() || self.types.contains(&EventType::of(event)))
             && (self.tenants.is_empty()
                 || bytes("tenant_id").is_some_and(|t| self.tenants.iter().any(|w| w == t)))
@@ -242,7 +243,7 @@ fn plural(n: u64) -> &'static str {
 /// One event as a JSON line: its map (bytes that are not UTF-8 as `{"hex": ...}`) and the
 /// `sequence` of the batch that carried it.
 pub(crate) fn event_line(sequence: u64, event: &Value) -> String {
-    let line = match watch::to_json(event) {
+    let line = match wire::to_json(event) {
         serde_json::Value::Object(mut map) => {
             map.insert("sequence".into(), sequence.into());
             serde_json::Value::Object(map)

@@ -25,9 +25,9 @@
 //! a gap the subscriber sees.
 
 use crate::config::Config;
-use crate::encode::{needs_own_message, Encoder, DEFAULT_TENANT, MAX_BATCH_EVENTS};
 use crate::event::{Event, EventKind};
 use crate::media::{Medium, MediumSet};
+use crate::wire::encode::{needs_own_message, Encoder, DEFAULT_TENANT, MAX_BATCH_EVENTS};
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};

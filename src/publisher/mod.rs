@@ -1,23 +1,38 @@
-//! The handle the master holds: the three calls, stats, flush and shutdown.
+//! The publisher: the handle the master holds (the three calls, stats, flush, shutdown) and
+//! what stands behind it.
+//!
+//! A call turns into a [`queue::Record`] (its strings in the record's slot, or in a block of
+//! the `pool` when they are long) pushed onto the bounded lock-free `queue`, which the
+//! callers and the publishing thread share with the counters and the shutdown protocol
+//! (`shared`). The publishing thread (`worker`) takes records off in order, applies the
+//! RemoveAll rule (`scan`), encodes batches and sends them.
 
-use crate::config::{Config, CreateError};
-use crate::connections::Listeners;
-use crate::encode::Encoder;
-use crate::event::{ClearedEvent, ObjectEvents};
+pub(crate) mod pool;
+pub(crate) mod queue;
+pub(crate) mod record;
+mod scan;
+mod shared;
+mod worker;
+
+use crate::config::access::Access;
+use crate::config::{Config, Settings};
+use crate::error::CreateError;
 use crate::log::{log, Level};
 use crate::media::MediumSet;
-use crate::pool::StringPool;
-use crate::queue::{EventQueue, Record};
-use crate::replay::{self, Identity, Ring, Server, Snapshots, SourceSlot};
-use crate::security::{Guard, Settings, MAX_REQUEST_BYTES, MAX_SUBSCRIPTION_BYTES};
-use crate::snapshot::{self, ObjectSource};
+use crate::recovery::replay::{self, Identity, Ring, Server, Snapshots, SourceSlot};
+use crate::recovery::snapshot::{self, ObjectSource};
 use crate::stats::{Counters, Stats};
-use crate::worker::{Outlet, Worker};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use crate::transport::{Guard, Sockets};
+use crate::wire::encode::Encoder;
+use queue::{EventQueue, Record};
+use record::{ClearedEvent, ObjectEvents};
+use shared::Shared;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
+use worker::{Outlet, Worker};
 
 /// Announces object availability per medium to the subscribers of one ZeroMQ PUB socket.
 ///
@@ -65,68 +80,6 @@ struct Enabled {
     source: Arc<SourceSlot>,
 }
 
-/// What the callers and the publishing thread share.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) queue: EventQueue,
-    /// Blocks for strings too long for a record.
-    pub(crate) strings: StringPool,
-    pub(crate) counters: Counters,
-    emit_object_key: bool,
-    closing: AtomicBool,
-    /// Set once the publishing thread is joined: nothing will take records off the queue.
-    stopped: AtomicBool,
-}
-
-impl Shared {
-    fn new(queue: EventQueue, emit_object_key: bool) -> Shared {
-        Shared {
-            strings: StringPool::for_queue(queue.capacity()),
-            queue,
-            counters: Counters::default(),
-            emit_object_key,
-            closing: AtomicBool::new(false),
-            stopped: AtomicBool::new(false),
-        }
-    }
-
-    pub(crate) fn is_closing(&self) -> bool {
-        self.closing.load(SeqCst)
-    }
-
-    /// The hot path: push one call's record, or count why it was not pushed.
-    fn push(&self, record: Record) {
-        if self.is_closing() {
-            Counters::add(&self.counters.dropped_events, record.event_count());
-            return;
-        }
-        if let Some(displaced) = self.queue.push(record) {
-            Counters::add(&self.counters.dropped_events, displaced.event_count());
-            displaced.recycle(&self.strings);
-        }
-        // A call that saw the publisher open but pushed after shutdown's last look would stay
-        // queued, neither sent nor counted. `stopped` is stored before that look and read
-        // after the push (both sequentially consistent, as the queue's claim), so either the
-        // look finds the record or this call sees `stopped`.
-        if self.stopped.load(SeqCst) {
-            self.drop_queued();
-        }
-    }
-
-    /// Counts every queued record's events as dropped and returns how many there were; only
-    /// once the publishing thread is gone.
-    fn drop_queued(&self) -> usize {
-        let mut late = 0;
-        while let Some(record) = self.queue.pop() {
-            late += record.event_count();
-        }
-        if late > 0 {
-            Counters::add(&self.counters.dropped_events, late);
-        }
-        late
-    }
-}
-
 /// The token of one RemoveAll, taken by [`Publisher::begin_remove_all`] before the master's
 /// loop starts and passed to every [`Publisher::on_remove_all`] of that loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,87 +103,34 @@ impl Publisher {
         Publisher { enabled: None }
     }
 
-    /// Validates `config`; when enabled, binds the PUB socket (and the replay socket, when
-    /// configured) and starts the publishing thread. Errors name the field or the endpoint
-    /// and the reason.
+    /// Validates `config` and starts a publisher from it ([`Config::validate`], then
+    /// [`Publisher::start`]).
     pub fn create(config: &Config) -> Result<Publisher, CreateError> {
-        config.validate()?;
-        if !config.enable_kv_events {
+        Publisher::start(config.validate()?)
+    }
+
+    /// When enabled, binds the PUB socket (and the replay socket, when configured) and starts
+    /// the publishing thread. Errors name what failed: the endpoint, the socket or the thread.
+    pub fn start(settings: Settings) -> Result<Publisher, CreateError> {
+        let config = settings.config();
+        let Some(access) = &settings.access else {
             log(
                 Level::Info,
                 "kv events are disabled (enable_kv_events=false)",
             );
             return Ok(Publisher::disabled());
-        }
-        let security = Settings::from_config(config)?;
-        let described = security.describe();
+        };
         let shared = Arc::new(Shared::new(
             EventQueue::new(config.queue_capacity as usize),
             config.emit_object_key,
         ));
         let peers = Arc::clone(&shared.counters.peers);
-        let setup = |what: &str| {
-            let what = what.to_owned();
-            move |reason: String| CreateError::Setup { what, reason }
-        };
-        let context = zmq::Context::new();
-        let socket = context
-            .socket(zmq::XPUB)
-            .map_err(|e| setup("the PUB socket")(e.to_string()))?;
-        // A failed create must not wait for anything: nothing was sent yet. Every
-        // subscription reaches the publishing thread, which refuses all but the empty topic.
-        let options = socket
-            .set_linger(0)
-            .and_then(|()| socket.set_xpub_verbose(true))
-            .and_then(|()| socket.set_sndhwm(config.send_hwm as i32));
-        options.map_err(|e| setup("the PUB socket")(e.to_string()))?;
-        security
-            .secure(&socket, MAX_SUBSCRIPTION_BYTES)
-            .map_err(setup("the PUB socket"))?;
-        let replay_socket = if config.replay_endpoint.is_empty() {
-            None
-        } else {
-            let router = context
-                .socket(zmq::ROUTER)
-                .map_err(|e| setup("the replay socket")(e.to_string()))?;
-            replay::prepare(&router).map_err(setup("the replay socket"))?;
-            security
-                .secure(&router, MAX_REQUEST_BYTES)
-                .map_err(setup("the replay socket"))?;
-            Some(router)
-        };
-        let listeners = Arc::new(Listeners::default());
-        let watched: Vec<&zmq::Socket> = std::iter::once(&socket)
-            .chain(replay_socket.as_ref())
-            .collect();
-        let guard = security
-            .watch(
-                &context,
-                &watched,
-                Arc::clone(&peers),
-                Arc::clone(&listeners),
-            )
-            .map_err(setup("the connection watch"))?;
-        let bind = |socket: &zmq::Socket, field: &'static str, endpoint: &str| {
-            security
-                .bind(socket, endpoint)
-                .map_err(|reason| CreateError::Endpoint {
-                    field,
-                    endpoint: endpoint.to_owned(),
-                    reason,
-                })
-        };
-        bind(&socket, "kv_events_bind_endpoint", &config.bind_endpoint)?;
+        let sockets = Sockets::open(config, access, Arc::clone(&peers), replay::prepare)?;
         let incarnation = incarnation();
         let source = Arc::new(SourceSlot::default());
-        let (ring, replay) = match replay_socket {
+        let (ring, replay) = match sockets.replay {
             None => (None, None),
             Some(router) => {
-                bind(
-                    &router,
-                    "kv_events_replay_endpoint",
-                    &config.replay_endpoint,
-                )?;
                 let ring = Arc::new(Ring::new(config.replay_buffer_bytes, Arc::clone(&peers)));
                 let identity = Identity {
                     incarnation,
@@ -252,50 +152,25 @@ impl Publisher {
                     Arc::clone(&ring),
                     identity,
                     snapshots,
-                )
-                .map_err(|e| setup("the thread kv-events-replay")(e.to_string()))?;
+                )?;
                 (Some(ring), Some(server))
             }
         };
         let outlet = Outlet {
-            socket,
+            socket: sockets.publish,
             endpoint: config.bind_endpoint.clone(),
-            listeners,
+            listeners: sockets.listeners,
             ring,
         };
-        let worker = Worker::spawn(Arc::clone(&shared), outlet, Encoder::new(config))
-            .map_err(|e| setup("the publishing thread")(e.to_string()))?;
+        let worker = Worker::spawn(Arc::clone(&shared), outlet, Encoder::new(config))?;
         shared.queue.set_consumer(worker.thread().clone());
-        log(
-            Level::Info,
-            &format!(
-                "kv events publisher started: {config}; incarnation {incarnation}; \
-                 subscribers: {described}"
-            ),
-        );
-        if let Some(configured) = security.limit_lowered_from {
-            log(
-                Level::Warn,
-                &format!(
-                    "kv_events_max_connections={configured} is more than half the process's \
-                     descriptor limit (ulimit -n): the publisher holds at most {} connections",
-                    security.limits.total
-                ),
-            );
-        }
-        if !config.emit_object_key {
-            log(
-                Level::Warn,
-                "kv_events_emit_object_key=false: every stored and removed event is suppressed; \
-                 subscribers will only see cleared",
-            );
-        }
+        announce_start(config, access, incarnation);
         Ok(Publisher {
             enabled: Some(Enabled {
                 shared,
                 worker: Mutex::new(Some(worker)),
                 replay: Mutex::new(replay),
-                guard: Mutex::new(Some(guard)),
+                guard: Mutex::new(Some(sockets.guard)),
                 next_scan: AtomicU64::new(1),
                 incarnation,
                 source,
@@ -490,8 +365,7 @@ impl Publisher {
     pub fn shutdown(&self) {
         let Some(enabled) = &self.enabled else { return };
         let shared = &enabled.shared;
-        shared.closing.store(true, SeqCst);
-        shared.queue.wake();
+        shared.close();
         let worker = enabled
             .worker
             .lock()
@@ -515,15 +389,42 @@ impl Publisher {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
-        // A call that saw the publisher open may have pushed after the thread's last look.
-        shared.stopped.store(true, SeqCst);
-        let late = shared.drop_queued();
+        let late = shared.finish();
         if late > 0 {
             log(
                 Level::Warn,
                 &format!("{late} events arrived during shutdown and were dropped"),
             );
         }
+    }
+}
+
+/// The log lines of a start: the effective configuration, and what deserves a warning.
+fn announce_start(config: &Config, access: &Access, incarnation: u64) {
+    log(
+        Level::Info,
+        &format!(
+            "kv events publisher started: {config}; incarnation {incarnation}; \
+             subscribers: {}",
+            access.describe()
+        ),
+    );
+    if access.limits.total < config.max_connections {
+        log(
+            Level::Warn,
+            &format!(
+                "kv_events_max_connections={} is more than half the process's descriptor \
+                 limit (ulimit -n): the publisher holds at most {} connections",
+                config.max_connections, access.limits.total
+            ),
+        );
+    }
+    if !config.emit_object_key {
+        log(
+            Level::Warn,
+            "kv_events_emit_object_key=false: every stored and removed event is suppressed; \
+             subscribers will only see cleared",
+        );
     }
 }
 
@@ -559,47 +460,5 @@ impl std::fmt::Debug for Publisher {
 impl std::fmt::Debug for Enabled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Enabled").finish_non_exhaustive()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::event::ObjectEvents;
-    use crate::media::Medium;
-
-    fn object(key: &str) -> Record {
-        let both = MediumSet::EMPTY.with(Medium::Cpu).with(Medium::Disk);
-        Record::Object(
-            ObjectEvents::new(
-                b"t",
-                key.as_bytes(),
-                b"",
-                MediumSet::EMPTY,
-                both,
-                StringPool::for_tests(),
-            )
-            .unwrap(),
-        )
-    }
-
-    #[test]
-    fn a_push_that_lands_after_shutdown_drained_the_queue_is_counted_as_dropped() {
-        // The state a caller meets when it passed the closing check, then was descheduled
-        // while shutdown joined the thread and drained: its push must not stay queued.
-        let shared = Shared::new(EventQueue::new(4), true);
-        shared.push(object("before"));
-        shared.stopped.store(true, SeqCst);
-        shared.push(object("late"));
-        assert_eq!(shared.queue.len(), 0);
-        assert_eq!(shared.counters.dropped_events.load(Relaxed), 4);
-    }
-
-    #[test]
-    fn while_running_a_push_stays_queued() {
-        let shared = Shared::new(EventQueue::new(4), true);
-        shared.push(object("k"));
-        assert_eq!(shared.queue.len(), 1);
-        assert_eq!(shared.counters.dropped_events.load(Relaxed), 0);
     }
 }

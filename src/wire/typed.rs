@@ -7,7 +7,7 @@
 //! [`decode_message`](super::decode_message); then each event is deserialized into the type
 //! asked for, and the first one that does not fit refuses the message, naming it.
 
-use super::{envelope, WatchError};
+use super::decode::{envelope, Malformed};
 use crate::{EventKind, Medium};
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
@@ -23,7 +23,8 @@ use std::ops::Deref;
 /// same shape with every event as an `rmpv` value.
 ///
 /// ```no_run
-/// use mooncake_kv_events::watch::{Event, Message, Subscriber};
+/// use mooncake_kv_events::wire::{Event, Message};
+/// use mooncake_kv_events::subscriber::Subscriber;
 /// use std::time::Duration;
 ///
 /// let mut subscriber = Subscriber::connect("tcp://127.0.0.1:5557", 100_000)?;
@@ -56,15 +57,15 @@ impl<E: DeserializeOwned> Message<E> {
     /// [`decode_message`](super::decode_message): three frames, an empty topic, a sequence of
     /// 8 bytes, a msgpack array of 3 whose events are 1 to 64 maps within the same bounds.
     /// Then each event must deserialize into `E`; the first that does not refuses the message
-    /// with [`WatchError::Malformed`], naming the event, the sequence and serde's reason.
+    /// with [`Malformed`], naming the event, the sequence and serde's reason.
     /// Nothing panics, whatever the bytes.
-    pub fn decode<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<Message<E>, WatchError> {
+    pub fn decode<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<Message<E>, Malformed> {
         let (sequence, payload, shape) = envelope(frames)?;
         let mut events = Vec::with_capacity(shape.events as usize);
         let mut reader = rmp_serde::Deserializer::from_read_ref(&payload[shape.events_at..]);
         for index in 0..shape.events {
             let event = E::deserialize(&mut reader).map_err(|e| {
-                WatchError::Malformed(format!(
+                Malformed(format!(
                     "event {index} of {} (sequence {sequence}) does not decode into {}: {e}",
                     shape.events,
                     std::any::type_name::<E>()
@@ -251,7 +252,7 @@ impl Visitor<'_> for BytesVisitor {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::payload;
+    use super::super::decode::tests::payload;
     use super::*;
     use rmpv::Value;
 
@@ -415,8 +416,8 @@ mod tests {
     /// A batch as the publisher's own encoder writes it: `count` events of every kind, some
     /// keys not UTF-8.
     fn encoded(count: usize, legacy: bool) -> Vec<u8> {
-        use crate::encode::Encoder;
         use crate::event::Event as Encoded;
+        use crate::wire::encode::Encoder;
         let config = crate::Config {
             enable_kv_events: true,
             bind_endpoint: "inproc://unused".into(),
@@ -440,7 +441,7 @@ mod tests {
     /// Decodes `frames` both ways; panics only if a decoder does, or if the two disagree on
     /// a message both accept.
     fn decode_both(frames: &[Vec<u8>]) -> (bool, bool) {
-        let values = super::super::decode_message(frames);
+        let values = super::super::decode::decode_message(frames);
         let typed = Message::<Event>::decode(frames);
         if let (Ok(values), Ok(typed)) = (&values, &typed) {
             assert_eq!(

@@ -9,7 +9,7 @@
 //!   never sent, is absent.
 //! - `["", "snapshot"]` or `["", "snapshot", tenant_id]`: every object readable now (of that
 //!   tenant), as `["", "snapshot", batch]` messages, then `["", "snapshot-end", map]` with
-//!   `sequence` (S), `objects`, `events`, `incarnation` and `tenant`: see [`crate::snapshot`].
+//!   `sequence` (S), `objects`, `events`, `incarnation` and `tenant`: see [`super::snapshot`].
 //!   One snapshot at a time; another request meanwhile is answered "busy".
 //! - `["", "info"]`: `["", "info", map]`, the map holding `incarnation`, `backend_id`,
 //!   `dp_rank`, `last_sequence` (the last sequence taken, by a message or by events dropped
@@ -23,8 +23,9 @@
 //! stalls another nor takes the libzmq I/O thread from the live stream for long; a requester
 //! whose queue stays full longer than [`STALLED_FOR`] is abandoned.
 
+use super::snapshot::{self, ObjectSource, Piece};
+use crate::error::CreateError;
 use crate::log::{log, Level};
-use crate::snapshot::{self, ObjectSource, Piece};
 use crate::stats::PeerCounters;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -175,7 +176,7 @@ impl Server {
         ring: Arc<Ring>,
         identity: Identity,
         snapshots: Snapshots,
-    ) -> std::io::Result<Server> {
+    ) -> Result<Server, CreateError> {
         let stop = Arc::new(AtomicBool::new(false));
         let serving = Serving {
             socket,
@@ -188,9 +189,14 @@ impl Server {
             finishing: Vec::new(),
             stop: Arc::clone(&stop),
         };
+        let name = "kv-events-replay";
         let thread = thread::Builder::new()
-            .name("kv-events-replay".into())
-            .spawn(move || serving.run())?;
+            .name(name.into())
+            .spawn(move || serving.run())
+            .map_err(|e| CreateError::Thread {
+                name,
+                reason: e.to_string(),
+            })?;
         Ok(Server {
             stop,
             thread: Some(thread),
@@ -215,11 +221,10 @@ impl Drop for Server {
 
 /// Sets up a replay socket, not yet bound: a requester that stops reading makes sends fail
 /// at once rather than vanish, so its replay can be given up.
-pub(crate) fn prepare(socket: &zmq::Socket) -> Result<(), String> {
-    let failed = |e: zmq::Error| format!("cannot set up the replay socket: {e}");
-    socket.set_router_mandatory(true).map_err(failed)?;
-    socket.set_sndhwm(SEND_HWM).map_err(failed)?;
-    socket.set_linger(0).map_err(failed)
+pub(crate) fn prepare(socket: &zmq::Socket) -> Result<(), zmq::Error> {
+    socket.set_router_mandatory(true)?;
+    socket.set_sndhwm(SEND_HWM)?;
+    socket.set_linger(0)
 }
 
 struct Serving {

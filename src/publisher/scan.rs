@@ -1,6 +1,6 @@
 //! The rule that keeps a RemoveAll from wiping a Put that committed while it ran.
 
-use crate::encode::DEFAULT_TENANT;
+use crate::wire::encode::DEFAULT_TENANT;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};

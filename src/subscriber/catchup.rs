@@ -2,7 +2,8 @@
 //! socket (`kv_events_replay_endpoint`), and [`Catchup`], which fills a subscriber's gaps
 //! from it and notices a loss at the end of a burst, which no later message would show.
 
-use crate::watch::{decode_message, Batch, Continuity, CurveClient, WatchError};
+use super::watch::{Batch, Continuity, CurveClient, WatchError};
+use crate::wire::decode_message;
 use std::time::{Duration, Instant};
 
 /// The sequence frame that ends a replay: -1 as a signed 64-bit big-endian integer.

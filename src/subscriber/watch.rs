@@ -11,22 +11,18 @@
 //! memory and one refused message, never the process.
 
 use crate::keys::{self, Key, KeyPair};
-use crate::security::{
-    monitor_event, EVENT_HANDSHAKE_FAILED_AUTH, EVENT_HANDSHAKE_FAILED_NO_DETAIL,
-    EVENT_HANDSHAKE_FAILED_PROTOCOL, EVENT_HANDSHAKE_SUCCEEDED, PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC,
+use crate::transport::monitor::{
+    monitor_event, EVENT_CONNECTED, EVENT_CONNECT_RETRIED, EVENT_DISCONNECTED,
+    EVENT_HANDSHAKE_FAILED_AUTH, EVENT_HANDSHAKE_FAILED_NO_DETAIL, EVENT_HANDSHAKE_FAILED_PROTOCOL,
+    EVENT_HANDSHAKE_SUCCEEDED, PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC,
     PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
 };
-use rmp::Marker;
+use crate::wire::{decode_message, wrong_frames, Malformed, Message};
 use rmpv::Value;
 use serde::de::DeserializeOwned;
 use std::fmt;
-use std::ops::Deref;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-mod typed;
-
-pub use typed::{Bytes, Event, Message};
 
 /// One message of the stream as a [`Subscriber`] received it: decoded, and placed after the
 /// one before. Its events are `rmpv` values (every field as received) from
@@ -141,6 +137,12 @@ impl fmt::Display for WatchError {
 
 impl std::error::Error for WatchError {}
 
+impl From<Malformed> for WatchError {
+    fn from(Malformed(why): Malformed) -> Self {
+        WatchError::Malformed(why)
+    }
+}
+
 impl From<zmq::Error> for WatchError {
     fn from(e: zmq::Error) -> Self {
         WatchError::Socket(e)
@@ -169,12 +171,6 @@ impl CurveClient {
     }
 }
 
-/// libzmq's monitor event for a closed connection.
-const EVENT_DISCONNECTED: u32 = zmq::SocketEvent::DISCONNECTED as u32;
-/// libzmq's monitor event for a reconnection it scheduled.
-const EVENT_CONNECT_RETRIED: u32 = zmq::SocketEvent::CONNECT_RETRIED as u32;
-/// libzmq's monitor event for a connection established, before its handshake.
-const EVENT_CONNECTED: u32 = zmq::SocketEvent::CONNECTED as u32;
 /// How long after a lost connection libzmq has to schedule its reconnection (it does within
 /// milliseconds) before the subscriber connects again itself. libzmq 4.3 never reconnects
 /// after a protocol error, and a frame over `ZMQ_MAXMSGSIZE` is one: without this, one
@@ -466,7 +462,8 @@ impl Subscriber {
     /// [`WatchError::Malformed`], and the next message shows it as a gap.
     ///
     /// ```no_run
-    /// use mooncake_kv_events::watch::{Continuity, Event, Subscriber, WatchError};
+    /// use mooncake_kv_events::wire::Event;
+    /// use mooncake_kv_events::subscriber::{Continuity, Subscriber, WatchError};
     /// use mooncake_kv_events::EventKind;
     /// use std::time::Duration;
     ///
@@ -504,7 +501,7 @@ impl Subscriber {
     fn recv_decoded<E>(
         &mut self,
         timeout: Duration,
-        decode: impl FnOnce(&[zmq::Message]) -> Result<Message<E>, WatchError>,
+        decode: impl FnOnce(&[zmq::Message]) -> Result<Message<E>, Malformed>,
     ) -> Result<Option<Batch<E>>, WatchError> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -570,502 +567,5 @@ impl Subscriber {
             return Err(WatchError::Malformed(wrong_frames(count)));
         }
         Ok(frames)
-    }
-}
-
-/// Decodes the three frames of one message, every event as the `rmpv` value it is on the
-/// wire (for a reader that wants every field as received; [`Message::decode`] gives typed
-/// events).
-///
-/// The payload is checked against the wire format before any value is built (at most
-/// [`MAX_BATCH_EVENTS`] events of at most [`MAX_EVENT_KEYS`] keys, arrays of scalars holding
-/// [`MAX_EVENT_ARRAY_ITEMS`] items per event, nothing nested deeper), so what it allocates
-/// is the payload's strings and bins plus a bounded number of values, whatever lengths the
-/// payload claims. The error says what was wrong and at which byte.
-pub fn decode_message<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<Message<Value>, WatchError> {
-    let (sequence, payload, shape) = envelope(frames)?;
-    let mut cursor = &payload[shape.events_at..];
-    let events = (0..shape.events)
-        .map(|_| rmpv::decode::read_value(&mut cursor))
-        .collect::<Result<Vec<_>, _>>()
-        // Unreachable after the check; an error rather than a panic all the same.
-        .map_err(|e| WatchError::Malformed(format!("an event does not decode: {e}")))?;
-    Ok(Message {
-        sequence,
-        timestamp_ms: shape.timestamp_ms,
-        events,
-        dp_rank: shape.dp_rank,
-    })
-}
-
-/// The frames of one message checked against the wire format: its sequence, its payload and
-/// the payload's shape, whose events are then decoded one way or another.
-fn envelope<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<(u64, &[u8], Shape), WatchError> {
-    let malformed = |why: String| Err(WatchError::Malformed(why));
-    let [topic, sequence, payload] = frames else {
-        return malformed(wrong_frames(frames.len()));
-    };
-    if !topic.is_empty() {
-        return malformed(format!("a topic of {} bytes, expected none", topic.len()));
-    }
-    let Ok(sequence) = <[u8; 8]>::try_from(&sequence[..]) else {
-        return malformed(format!(
-            "a sequence of {} bytes, expected 8",
-            sequence.len()
-        ));
-    };
-    let shape = Payload::check(payload).map_err(WatchError::Malformed)?;
-    Ok((u64::from_be_bytes(sequence), payload, shape))
-}
-
-fn wrong_frames(count: usize) -> String {
-    format!("{count} frames, expected 3 (topic, sequence, payload)")
-}
-
-/// The most events a message may hold: the wire format's batches hold 1 to 64.
-pub const MAX_BATCH_EVENTS: u32 = 64;
-/// The most keys an event map may have: the largest map of the format has 20 (a legacy
-/// `stored`), so this leaves room for fields added later.
-pub const MAX_EVENT_KEYS: u32 = 32;
-/// The most items the arrays of one event may hold in all. The format's arrays
-/// (`seq_hashes`, `block_hashes`) are empty; this leaves room for hashes a later version may
-/// send while bounding the values one message decodes into.
-pub const MAX_EVENT_ARRAY_ITEMS: u32 = 256;
-
-/// The payload's shape, for the errors that must say what was expected.
-const SHAPE: &str = "an array of 3 [timestamp_ms, events, dp_rank]";
-
-/// Checks a payload against the wire format byte by byte, before anything is decoded from
-/// it: every length it claims is held to a bound or to the bytes left, so that no
-/// allocation follows an untrusted length and what [`decode_message`] builds stays within a
-/// fixed number of values plus the payload's own bytes.
-struct Payload<'p> {
-    bytes: &'p [u8],
-    at: usize,
-}
-
-/// What the validator found: the batch's scalars and where its events lie.
-struct Shape {
-    timestamp_ms: u64,
-    /// The byte offset of the first event, and how many there are.
-    events_at: usize,
-    events: u32,
-    dp_rank: u64,
-}
-
-impl<'p> Payload<'p> {
-    fn check(bytes: &'p [u8]) -> Result<Shape, String> {
-        let mut p = Payload { bytes, at: 0 };
-        let (at, marker) = p.marker("the payload")?;
-        match array_len(&mut p, marker)? {
-            Some(3) => {}
-            Some(n) => return Err(format!("the payload is an array of {n}, expected {SHAPE}")),
-            None => {
-                return Err(format!(
-                    "the payload is not a msgpack batch: byte {at} (0x{:02x}) is {}, expected \
-                     {SHAPE}",
-                    bytes[at],
-                    kind(marker)
-                ))
-            }
-        }
-        let timestamp_ms = p.uint("timestamp_ms")?;
-        let (at, marker) = p.marker("events")?;
-        let events = match array_len(&mut p, marker)? {
-            Some(n @ 1..=MAX_BATCH_EVENTS) => n,
-            Some(n) => {
-                return Err(format!(
-                    "events (byte {at}) is an array of {n}, expected 1 to {MAX_BATCH_EVENTS} \
-                     events"
-                ))
-            }
-            None => {
-                return Err(format!(
-                    "events (byte {at}) is {}, expected an array of 1 to {MAX_BATCH_EVENTS} \
-                     events",
-                    kind(marker)
-                ))
-            }
-        };
-        let events_at = p.at;
-        for index in 0..events {
-            p.event(index)?;
-        }
-        let dp_rank = p.uint("dp_rank")?;
-        match bytes.len() - p.at {
-            0 => Ok(Shape {
-                timestamp_ms,
-                events_at,
-                events,
-                dp_rank,
-            }),
-            extra => Err(format!("the payload has {extra} bytes after the array")),
-        }
-    }
-
-    /// The next marker and its offset; `what` names the value for the error at the end.
-    fn marker(&mut self, what: &str) -> Result<(usize, Marker), String> {
-        let at = self.at;
-        let byte = *self
-            .bytes
-            .get(at)
-            .ok_or_else(|| format!("the payload ends at byte {at}, where {what} should begin"))?;
-        self.at += 1;
-        Ok((at, Marker::from_u8(byte)))
-    }
-
-    /// The next `n` bytes, which `what` needs.
-    fn take(&mut self, n: u64, what: &str) -> Result<&'p [u8], String> {
-        let left = self.bytes.len() - self.at;
-        match usize::try_from(n) {
-            Ok(n) if n <= left => {
-                self.at += n;
-                Ok(&self.bytes[self.at - n..self.at])
-            }
-            _ => Err(format!(
-                "the payload ends inside {what}: {n} bytes wanted at byte {}, {left} left",
-                self.at
-            )),
-        }
-    }
-
-    /// A big-endian unsigned integer of `n` bytes (1 to 8).
-    fn be(&mut self, n: u64, what: &str) -> Result<u64, String> {
-        let bytes = self.take(n, what)?;
-        Ok(bytes.iter().fold(0, |v, &b| (v << 8) | u64::from(b)))
-    }
-
-    fn uint(&mut self, what: &str) -> Result<u64, String> {
-        let (at, marker) = self.marker(what)?;
-        match marker {
-            Marker::FixPos(v) => Ok(u64::from(v)),
-            Marker::U8 => self.be(1, what),
-            Marker::U16 => self.be(2, what),
-            Marker::U32 => self.be(4, what),
-            Marker::U64 => self.be(8, what),
-            other => Err(format!(
-                "{what} (byte {at}) is {}, expected an unsigned integer",
-                kind(other)
-            )),
-        }
-    }
-
-    /// One event: a map of at most [`MAX_EVENT_KEYS`] string keys whose values are scalars
-    /// or arrays of scalars, [`MAX_EVENT_ARRAY_ITEMS`] items in all.
-    fn event(&mut self, index: u32) -> Result<(), String> {
-        let what = format!("event {index}");
-        let (at, marker) = self.marker(&what)?;
-        let keys = match marker {
-            Marker::FixMap(n) => u32::from(n),
-            Marker::Map16 => self.be(2, &what)? as u32,
-            Marker::Map32 => self.be(4, &what)? as u32,
-            other => {
-                return Err(format!(
-                    "{what} (byte {at}) is {}, expected a map",
-                    kind(other)
-                ))
-            }
-        };
-        if keys > MAX_EVENT_KEYS {
-            return Err(format!(
-                "{what} (byte {at}) has {keys} keys, at most {MAX_EVENT_KEYS} expected"
-            ));
-        }
-        let mut items = 0;
-        for _ in 0..keys {
-            let (at, marker) = self.marker(&what)?;
-            if !matches!(
-                marker,
-                Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32
-            ) {
-                return Err(format!(
-                    "{what} has a key (byte {at}) that is {}, expected a string",
-                    kind(marker)
-                ));
-            }
-            let key = self.bytes_of(marker, &what)?.unwrap_or_default();
-            let what = format!("{what}, key {:?}", String::from_utf8_lossy(key));
-            let (at, marker) = self.marker(&what)?;
-            match array_len(self, marker)? {
-                Some(n) => {
-                    items += n;
-                    if items > MAX_EVENT_ARRAY_ITEMS {
-                        return Err(format!(
-                            "{what} (byte {at}) is an array of {n}, more than the \
-                             {MAX_EVENT_ARRAY_ITEMS} array items an event may hold"
-                        ));
-                    }
-                    for _ in 0..n {
-                        let (at, marker) = self.marker(&what)?;
-                        self.scalar(at, marker, &what)?;
-                    }
-                }
-                None => self.scalar(at, marker, &what)?,
-            }
-        }
-        Ok(())
-    }
-
-    /// Skips the scalar `marker` begins: anything but an array or a map, which the format
-    /// never nests this deep.
-    fn scalar(&mut self, at: usize, marker: Marker, what: &str) -> Result<(), String> {
-        let size = match marker {
-            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
-                0
-            }
-            Marker::U8 | Marker::I8 => 1,
-            Marker::U16 | Marker::I16 => 2,
-            Marker::U32 | Marker::I32 | Marker::F32 => 4,
-            Marker::U64 | Marker::I64 | Marker::F64 => 8,
-            Marker::FixExt1 => 2,
-            Marker::FixExt2 => 3,
-            Marker::FixExt4 => 5,
-            Marker::FixExt8 => 9,
-            Marker::FixExt16 => 17,
-            Marker::Ext8 => 1 + self.be(1, what)?,
-            Marker::Ext16 => 1 + self.be(2, what)?,
-            Marker::Ext32 => 1 + self.be(4, what)?,
-            Marker::Reserved => {
-                return Err(format!("{what}: byte {at} (0xc1) is no msgpack value"))
-            }
-            other => match self.bytes_of(other, what)? {
-                Some(_) => 0,
-                None => {
-                    return Err(format!(
-                        "{what} (byte {at}) is {} inside a value, deeper than the format nests",
-                        kind(other)
-                    ))
-                }
-            },
-        };
-        self.take(size, what).map(drop)
-    }
-
-    /// The bytes of a string or bin `marker` begins; `None` for any other marker.
-    fn bytes_of(&mut self, marker: Marker, what: &str) -> Result<Option<&'p [u8]>, String> {
-        let len = match marker {
-            Marker::FixStr(n) => u64::from(n),
-            Marker::Str8 | Marker::Bin8 => self.be(1, what)?,
-            Marker::Str16 | Marker::Bin16 => self.be(2, what)?,
-            Marker::Str32 | Marker::Bin32 => self.be(4, what)?,
-            _ => return Ok(None),
-        };
-        self.take(len, what).map(Some)
-    }
-}
-
-/// The length of the array `marker` begins, `None` when it begins something else.
-fn array_len(p: &mut Payload<'_>, marker: Marker) -> Result<Option<u32>, String> {
-    Ok(match marker {
-        Marker::FixArray(n) => Some(u32::from(n)),
-        Marker::Array16 => Some(p.be(2, "an array's length")? as u32),
-        Marker::Array32 => Some(p.be(4, "an array's length")? as u32),
-        _ => None,
-    })
-}
-
-/// What a marker begins, for people.
-fn kind(marker: Marker) -> &'static str {
-    match marker {
-        Marker::FixPos(_) | Marker::U8 | Marker::U16 | Marker::U32 | Marker::U64 => {
-            "a positive integer"
-        }
-        Marker::FixNeg(_) => "a negative integer",
-        Marker::I8 | Marker::I16 | Marker::I32 | Marker::I64 => "a signed integer",
-        Marker::Null => "nil",
-        Marker::True | Marker::False => "a boolean",
-        Marker::F32 | Marker::F64 => "a float",
-        Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32 => "a string",
-        Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => "a bin",
-        Marker::FixArray(_) | Marker::Array16 | Marker::Array32 => "an array",
-        Marker::FixMap(_) | Marker::Map16 | Marker::Map32 => "a map",
-        Marker::Reserved => "the byte msgpack never uses",
-        _ => "an ext",
-    }
-}
-
-/// The value of `key` in an event map; `None` when the key is absent.
-pub fn field<'v>(event: &'v Value, key: &str) -> Option<&'v Value> {
-    event
-        .as_map()?
-        .iter()
-        .find(|(k, _)| k.as_str() == Some(key))
-        .map(|(_, v)| v)
-}
-
-/// An event as JSON for people: `bin` values become `{"hex": "..."}` so they stay readable
-/// and are never mistaken for text.
-pub fn to_json(value: &Value) -> serde_json::Value {
-    use serde_json::Value as J;
-    match value {
-        Value::Nil => J::Null,
-        Value::Boolean(b) => J::Bool(*b),
-        Value::Integer(i) => i
-            .as_u64()
-            .map(J::from)
-            .or_else(|| i.as_i64().map(J::from))
-            .unwrap_or(J::Null),
-        Value::F32(f) => J::from(f64::from(*f)),
-        Value::F64(f) => J::from(*f),
-        Value::String(s) => match s.as_str() {
-            Some(s) => J::from(s),
-            None => serde_json::json!({ "hex": hex(s.as_bytes()) }),
-        },
-        Value::Binary(b) => serde_json::json!({ "hex": hex(b) }),
-        Value::Array(items) => J::Array(items.iter().map(to_json).collect()),
-        Value::Map(entries) => J::Object(
-            entries
-                .iter()
-                .map(|(k, v)| {
-                    (
-                        k.as_str().map_or_else(|| k.to_string(), str::to_owned),
-                        to_json(v),
-                    )
-                })
-                .collect(),
-        ),
-        Value::Ext(tag, bytes) => serde_json::json!({ "ext": tag, "hex": hex(bytes) }),
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `value` as msgpack, by rmpv.
-    pub(super) fn payload(value: &Value) -> Vec<u8> {
-        let mut out = Vec::new();
-        rmpv::encode::write_value(&mut out, value).unwrap();
-        out
-    }
-
-    #[test]
-    fn a_well_formed_message_decodes() {
-        let event = Value::Map(vec![(Value::from("event_type"), Value::from("cleared"))]);
-        let body = Value::Array(vec![
-            Value::from(5u64),
-            Value::Array(vec![event.clone()]),
-            Value::from(2u64),
-        ]);
-        let frames = vec![vec![], 9u64.to_be_bytes().to_vec(), payload(&body)];
-        let message = decode_message(&frames).unwrap();
-        let Message {
-            sequence,
-            timestamp_ms,
-            events,
-            dp_rank,
-        } = &message;
-        assert_eq!((*sequence, *timestamp_ms, *dp_rank), (9, 5, 2));
-        assert_eq!(
-            field(&events[0], "event_type"),
-            Some(&Value::from("cleared"))
-        );
-        assert_eq!(field(&events[0], "medium"), None);
-    }
-
-    #[test]
-    fn malformed_messages_say_why() {
-        let body = payload(&Value::Array(vec![]));
-        for (frames, why) in [
-            (vec![vec![]], "1 frames"),
-            (vec![b"t".to_vec(), vec![0; 8], body.clone()], "topic"),
-            (vec![vec![], vec![0; 4], body.clone()], "sequence of 4"),
-            (
-                vec![vec![], vec![0; 8], body],
-                "the payload is an array of 0, expected",
-            ),
-        ] {
-            let err = decode_message(&frames).unwrap_err().to_string();
-            assert!(err.contains(why), "{err}");
-        }
-    }
-
-    /// A batch of one event holding `value` under the key "k".
-    fn holding(value: Value) -> Vec<u8> {
-        payload(&Value::Array(vec![
-            Value::from(5u64),
-            Value::Array(vec![Value::Map(vec![(Value::from("k"), value)])]),
-            Value::from(2u64),
-        ]))
-    }
-
-    #[test]
-    fn a_payload_outside_the_format_is_refused_before_any_value_is_built_and_says_where() {
-        let decode = |payload: Vec<u8>| {
-            decode_message(&[vec![], vec![0; 8], payload])
-                .unwrap_err()
-                .to_string()
-        };
-        let mut trailing = holding(Value::Nil);
-        trailing.extend([0; 5]);
-        let mut truncated = holding(Value::Nil);
-        truncated.pop();
-        let nested = holding(Value::Array(vec![Value::Array(vec![])]));
-        let many_events = payload(&Value::Array(vec![
-            Value::from(5u64),
-            Value::Array(vec![Value::Map(vec![]); 65]),
-            Value::from(2u64),
-        ]));
-        for (payload, why) in [
-            (
-                b"{}".to_vec(),
-                "the payload is not a msgpack batch: byte 0 (0x7b) is a positive integer, \
-                 expected an array of 3 [timestamp_ms, events, dp_rank]",
-            ),
-            (
-                vec![0xdd, 0xff, 0xff, 0xff, 0xff],
-                "the payload is an array of 4294967295",
-            ),
-            (trailing, "the payload has 5 bytes after the array"),
-            (
-                truncated,
-                "the payload ends at byte 7, where dp_rank should begin",
-            ),
-            (
-                nested,
-                "event 0, key \"k\" (byte 7) is an array inside a value, deeper",
-            ),
-            (
-                many_events,
-                "events (byte 2) is an array of 65, expected 1 to 64 events",
-            ),
-            (
-                vec![0x93, 0xa1, b'x'],
-                "timestamp_ms (byte 1) is a string, expected an unsigned integer",
-            ),
-            (
-                vec![0x93, 0x05, 0x91, 0xdf, 0xff, 0xff, 0xff, 0xff],
-                "event 0 (byte 3) has 4294967295 keys, at most 32 expected",
-            ),
-            (
-                vec![0x93, 0x05, 0x91, 0x81, 0xdb, 0xff, 0xff, 0xff, 0xff],
-                "the payload ends inside event 0: 4294967295 bytes wanted at byte 9, 0 left",
-            ),
-            (
-                holding(Value::Array(vec![Value::Nil; 257])),
-                "more than the 256 array items an event may hold",
-            ),
-        ] {
-            let err = decode(payload);
-            assert!(err.contains(why), "{err}\nwanted: {why}");
-        }
-    }
-
-    #[test]
-    fn arrays_of_scalars_within_the_bounds_decode() {
-        let hashes = Value::Array(vec![Value::from(7u64); 256]);
-        let frames = vec![vec![], 1u64.to_be_bytes().to_vec(), holding(hashes.clone())];
-        let events = decode_message(&frames).unwrap().events;
-        assert_eq!(field(&events[0], "k"), Some(&hashes));
-    }
-
-    #[test]
-    fn binary_becomes_marked_hex_in_json() {
-        let json = to_json(&Value::Binary(vec![0xff, 0x00]));
-        assert_eq!(json, serde_json::json!({ "hex": "ff00" }));
     }
 }

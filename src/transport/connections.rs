@@ -12,53 +12,13 @@
 //! descriptor in reserve for that moment: it gives it up, takes the queued connections off
 //! the listeners itself and closes them, then takes the reserve again.
 
+use crate::config::access::{canonical, Limits};
 use std::collections::HashMap;
 use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-
-/// The bounds on connections, as configured and as the descriptor limit allows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Limits {
-    /// Connections held at once on all of the publisher's sockets.
-    pub(crate) total: u32,
-    /// Connections one peer address may hold at once.
-    pub(crate) per_address: u32,
-    /// How long libzmq lets a handshake take.
-    pub(crate) handshake_timeout: Duration,
-}
-
-impl Limits {
-    /// `max_connections`, lowered to half the process's descriptor limit when that is
-    /// smaller; the second value says whether it was lowered.
-    pub(crate) fn new(
-        max_connections: u32,
-        per_address: u32,
-        handshake_timeout_ms: u32,
-    ) -> (Limits, bool) {
-        let half_limit = descriptor_limit().map_or(u64::MAX, |n| (n / 2).max(1));
-        let total = u64::from(max_connections).min(half_limit) as u32;
-        let limits = Limits {
-            total,
-            per_address: per_address.min(total),
-            handshake_timeout: Duration::from_millis(u64::from(handshake_timeout_ms)),
-        };
-        (limits, total < max_connections)
-    }
-}
-
-/// The process's soft limit on open descriptors (`ulimit -n`), if it has one.
-fn descriptor_limit() -> Option<u64> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the struct it is given.
-    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
-}
 
 /// A socket's address as getsockname or getpeername give it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,15 +92,6 @@ impl Name {
             (Name::Unix(local), Name::Unix(bound)) => local == bound,
             _ => false,
         }
-    }
-}
-
-/// An IPv4 address in IPv6 form (`::ffff:10.0.0.5`), as a dual-stack socket reports it,
-/// compares as the IPv4 address.
-pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 
@@ -471,16 +422,6 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
 
     #[test]
-    fn the_bound_never_exceeds_half_the_descriptor_limit() {
-        let (limits, lowered) = Limits::new(u32::MAX, 64, 3000);
-        let half = descriptor_limit().map_or(u64::from(u32::MAX), |n| n / 2);
-        assert_eq!(u64::from(limits.total), half.min(u64::from(u32::MAX)));
-        assert_eq!(lowered, half < u64::from(u32::MAX));
-        let (small, lowered) = Limits::new(8, 64, 3000);
-        assert_eq!((small.total, small.per_address, lowered), (8, 8, false));
-    }
-
-    #[test]
     fn a_cut_shuts_down_a_listeners_connection_and_nothing_else() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let listeners = Listeners::default();
@@ -542,7 +483,7 @@ mod tests {
         let clients: Vec<_> = (0..3)
             .map(|_| TcpStream::connect(listener.local_addr().unwrap()).unwrap())
             .collect();
-        let mut table = Connections::new(Limits::new(16, 16, 3000).0);
+        let mut table = Connections::new(Limits::new(16, 16, 3000));
         assert_eq!(table.out_of_descriptors(&listeners), 3);
         assert_eq!(table.reserve.len(), RESERVE);
         drop(clients);

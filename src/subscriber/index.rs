@@ -3,11 +3,11 @@
 //! absolute: `stored` (tenant, key, medium) means present, `removed` means absent, `cleared`
 //! (tenant) means every object of that tenant gone.
 //!
-//! [`crate::follow::Follower`] keeps one [`Index`] per publisher it follows, and heals it
+//! [`super::Follower`] keeps one [`Index`] per publisher it follows, and heals it
 //! through snapshots and replays when the stream loses something.
 
 use crate::media::{Medium, MediumSet};
-use crate::watch::field;
+use crate::wire::field;
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::fmt;

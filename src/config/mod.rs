@@ -1,5 +1,12 @@
-//! The publisher's configuration: one fixed context per publisher, validated once at creation.
+//! The publisher's configuration: one field per master flag, validated once into the
+//! [`Settings`] that creating a publisher consumes. Validating reads what the flags point to
+//! (the CURVE key files, the allow-lists: `access`), so nothing is read twice and what was
+//! checked is what is used.
 
+pub(crate) mod access;
+
+use crate::error::CreateError;
+use access::Access;
 use std::fmt;
 
 /// Everything a publisher needs, one field per master flag (`kv_events_<field>`).
@@ -115,10 +122,13 @@ impl Config {
     /// Checks what can be checked without binding: an enabled config needs an endpoint, a
     /// backend id and a capacity above zero; its key files must be readable and hold valid
     /// keys, its address list valid addresses, its ipc mode an octal mode. A disabled config
-    /// is always valid.
-    pub fn validate(&self) -> Result<(), CreateError> {
+    /// is always valid. The result is what [`crate::Publisher::start`] takes.
+    pub fn validate(&self) -> Result<Settings, CreateError> {
         if !self.enable_kv_events {
-            return Ok(());
+            return Ok(Settings {
+                config: self.clone(),
+                access: None,
+            });
         }
         let invalid = |field, reason: &str| {
             Err(CreateError::InvalidConfig {
@@ -170,7 +180,25 @@ impl Config {
                 "must differ from kv_events_bind_endpoint",
             );
         }
-        crate::security::Settings::from_config(self).map(|_| ())
+        Ok(Settings {
+            config: self.clone(),
+            access: Some(Access::read(self)?),
+        })
+    }
+}
+
+/// A [`Config`] that passed [`Config::validate`], with what validating it read.
+#[derive(Debug)]
+pub struct Settings {
+    config: Config,
+    /// Who may connect; `None` when disabled.
+    pub(crate) access: Option<Access>,
+}
+
+impl Settings {
+    /// The configuration as validated.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 }
 
@@ -209,51 +237,6 @@ impl fmt::Display for Config {
     }
 }
 
-/// Why a publisher could not be created. Nothing is refused after creation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CreateError {
-    /// A field of an enabled config is missing or out of range.
-    InvalidConfig {
-        /// The master flag at fault.
-        field: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A socket could not be bound, or the publisher's threads could not be set up.
-    Endpoint {
-        /// The master flag that names the endpoint: `kv_events_bind_endpoint` or
-        /// `kv_events_replay_endpoint`.
-        field: &'static str,
-        /// The endpoint as configured.
-        endpoint: String,
-        /// The reason the OS or ZeroMQ gave.
-        reason: String,
-    },
-    /// A socket option, a thread or the ZAP handler could not be set up.
-    Setup {
-        /// What failed, e.g. "the publishing thread" or "the replay socket".
-        what: String,
-        /// The reason the OS or ZeroMQ gave.
-        reason: String,
-    },
-}
-
-impl fmt::Display for CreateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CreateError::Setup { what, reason } => write!(f, "cannot set up {what}: {reason}"),
-            CreateError::InvalidConfig { field, reason } => write!(f, "{field} {reason}"),
-            CreateError::Endpoint {
-                field,
-                endpoint,
-                reason,
-            } => write!(f, "{field} \"{endpoint}\" cannot be bound: {reason}"),
-        }
-    }
-}
-
-impl std::error::Error for CreateError {}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,7 +264,7 @@ mod tests {
             queue_capacity: 0,
             ..Config::default()
         };
-        assert_eq!(c.validate(), Ok(()));
+        assert!(c.validate().is_ok());
     }
 
     #[test]
@@ -312,6 +295,6 @@ mod tests {
             let err = config.validate().unwrap_err();
             assert!(err.to_string().starts_with(field), "{err}");
         }
-        assert_eq!(enabled().validate(), Ok(()));
+        assert!(enabled().validate().is_ok());
     }
 }

@@ -31,12 +31,12 @@
 //! The follower runs on the caller's thread: [`Follower::poll`] does the work and returns
 //! what happened as [`Notice`]s.
 
-use crate::catchup::{decode_info, Info};
-use crate::index::{json_bytes, Index};
-use crate::watch::{
-    decode_message, Batch, CurveClient, Subscriber, SubscriberOptions, WatchError,
-    DEFAULT_MAX_MESSAGE_BYTES,
+use super::catchup::{decode_info, Info};
+use super::index::{json_bytes, Index};
+use super::watch::{
+    Batch, CurveClient, Subscriber, SubscriberOptions, WatchError, DEFAULT_MAX_MESSAGE_BYTES,
 };
+use crate::wire::decode_message;
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -1109,7 +1109,7 @@ impl Followed {
             Ok(message) => {
                 let batch = Batch {
                     sequence: message.sequence,
-                    continuity: crate::watch::Continuity::Next,
+                    continuity: super::watch::Continuity::Next,
                     timestamp_ms: message.timestamp_ms,
                     dp_rank: message.dp_rank,
                     events: message.events,

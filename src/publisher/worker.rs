@@ -6,15 +6,16 @@
 //! topic, the empty one, and a peer that subscribes to anything else (which could never
 //! match, and which libzmq would keep in memory for as long as the peer stays) is cut off.
 
-use crate::connections::Listeners;
-use crate::encode::{needs_own_message, Encoder, MAX_BATCH_EVENTS};
+use super::queue::Record;
+use super::scan::ScanLog;
+use super::shared::Shared;
+use crate::error::CreateError;
 use crate::event::Event;
 use crate::log::{log, Level, RateLimited};
-use crate::publisher::Shared;
-use crate::queue::Record;
-use crate::replay::Ring;
-use crate::scan::ScanLog;
+use crate::recovery::replay::Ring;
 use crate::stats::Counters;
+use crate::transport::connections::Listeners;
+use crate::wire::encode::{needs_own_message, Encoder, MAX_BATCH_EVENTS};
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -77,7 +78,7 @@ impl Worker {
         shared: Arc<Shared>,
         outlet: Outlet,
         encoder: Encoder,
-    ) -> std::io::Result<JoinHandle<()>> {
+    ) -> Result<JoinHandle<()>, CreateError> {
         let worker = Worker {
             shared,
             socket: outlet.socket,
@@ -94,9 +95,14 @@ impl Worker {
             payload: Vec::with_capacity(64 * 1024),
             send_failures: RateLimited::new(Duration::from_secs(10)),
         };
+        let name = "kv-events-pub";
         thread::Builder::new()
-            .name("kv-events-pub".into())
+            .name(name.into())
             .spawn(move || worker.run())
+            .map_err(|e| CreateError::Thread {
+                name,
+                reason: e.to_string(),
+            })
     }
 
     fn run(mut self) {

@@ -1,7 +1,7 @@
 //! The bounded queue between the master's threads and the publishing thread.
 
-use crate::event::{ClearedEvent, ObjectEvents};
-use crate::pool::StringPool;
+use super::pool::StringPool;
+use super::record::{ClearedEvent, ObjectEvents};
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::mpsc::SyncSender;

@@ -1,0 +1,132 @@
+//! What the master's calling threads and the publishing thread share: the queue, the string
+//! pool, the counters, and the shutdown protocol (`close`, then the thread's last look, then
+//! `finish`), kept here in one place so that no call is ever left queued, neither sent nor
+//! counted.
+
+use super::pool::StringPool;
+use super::queue::{EventQueue, Record};
+use crate::stats::Counters;
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+/// What the callers and the publishing thread share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) queue: EventQueue,
+    /// Blocks for strings too long for a record.
+    pub(crate) strings: StringPool,
+    pub(crate) counters: Counters,
+    pub(crate) emit_object_key: bool,
+    closing: AtomicBool,
+    /// Set once the publishing thread is joined: nothing will take records off the queue.
+    stopped: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn new(queue: EventQueue, emit_object_key: bool) -> Shared {
+        Shared {
+            strings: StringPool::for_queue(queue.capacity()),
+            queue,
+            counters: Counters::default(),
+            emit_object_key,
+            closing: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        self.closing.load(SeqCst)
+    }
+
+    /// The hot path: push one call's record, or count why it was not pushed.
+    pub(crate) fn push(&self, record: Record) {
+        if self.is_closing() {
+            Counters::add(&self.counters.dropped_events, record.event_count());
+            return;
+        }
+        if let Some(displaced) = self.queue.push(record) {
+            Counters::add(&self.counters.dropped_events, displaced.event_count());
+            displaced.recycle(&self.strings);
+        }
+        // A call that saw the publisher open but pushed after shutdown's last look would stay
+        // queued, neither sent nor counted. `stopped` is stored before that look and read
+        // after the push (both sequentially consistent, as the queue's claim), so either the
+        // look finds the record or this call sees `stopped`.
+        if self.stopped.load(SeqCst) {
+            self.drop_queued();
+        }
+    }
+
+    /// The first step of shutdown: calls from now on are dropped and counted, and the
+    /// publishing thread, woken, sends what is queued within its linger and returns.
+    pub(crate) fn close(&self) {
+        self.closing.store(true, SeqCst);
+        self.queue.wake();
+    }
+
+    /// The last step of shutdown, once the publishing thread is joined: a call that saw the
+    /// publisher open may have pushed after the thread's last look, so whatever is still
+    /// queued is counted as dropped. Returns how many events that was.
+    pub(crate) fn finish(&self) -> usize {
+        self.stopped.store(true, SeqCst);
+        self.drop_queued()
+    }
+
+    /// Counts every queued record's events as dropped and returns how many there were; only
+    /// once the publishing thread is gone.
+    fn drop_queued(&self) -> usize {
+        let mut late = 0;
+        while let Some(record) = self.queue.pop() {
+            late += record.event_count();
+        }
+        if late > 0 {
+            Counters::add(&self.counters.dropped_events, late);
+        }
+        late
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pool::StringPool;
+    use super::super::queue::EventQueue;
+    use super::super::record::ObjectEvents;
+    use super::*;
+    use crate::media::Medium;
+    use crate::media::MediumSet;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    fn object(key: &str) -> Record {
+        let both = MediumSet::EMPTY.with(Medium::Cpu).with(Medium::Disk);
+        Record::Object(
+            ObjectEvents::new(
+                b"t",
+                key.as_bytes(),
+                b"",
+                MediumSet::EMPTY,
+                both,
+                StringPool::for_tests(),
+            )
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_push_that_lands_after_shutdown_drained_the_queue_is_counted_as_dropped() {
+        // The state a caller meets when it passed the closing check, then was descheduled
+        // while shutdown joined the thread and drained: its push must not stay queued.
+        let shared = Shared::new(EventQueue::new(4), true);
+        shared.push(object("before"));
+        shared.finish();
+        shared.push(object("late"));
+        assert_eq!(shared.queue.len(), 0);
+        assert_eq!(shared.counters.dropped_events.load(Relaxed), 4);
+    }
+
+    #[test]
+    fn while_running_a_push_stays_queued() {
+        let shared = Shared::new(EventQueue::new(4), true);
+        shared.push(object("k"));
+        assert_eq!(shared.queue.len(), 1);
+        assert_eq!(shared.counters.dropped_events.load(Relaxed), 0);
+    }
+}

@@ -1,0 +1,25 @@
+//! The subscriber's side, for indexers, routers and the `kv-events` tool: reading the stream
+//! and getting back to the truth when the stream alone cannot.
+//!
+//! - `watch`: [`Subscriber`], a SUB socket that reads the stream as an indexer would (CURVE
+//!   when the publisher has it, a clear error when it refuses, loss shown as [`Continuity`]);
+//! - `catchup`: [`ReplayClient`] for the publisher's replay socket, and [`Catchup`], which
+//!   fills gaps and notices a loss at the end of a burst;
+//! - `index`: [`Index`], what a subscriber holds of a master's state, built from events;
+//! - `follow`: [`Follower`], an index that heals itself through snapshots, replays and
+//!   incarnation changes.
+//!
+//! Messages are decoded by [`crate::wire`].
+
+mod catchup;
+mod follow;
+mod index;
+mod watch;
+
+pub use catchup::{Catchup, Info, ReplayClient};
+pub use follow::{Counters, FollowOptions, Follower, Happened, Notice, Source, Status};
+pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
+pub use watch::{
+    Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
+    DEFAULT_MAX_MESSAGE_BYTES,
+};

@@ -1,0 +1,16 @@
+//! The wire format, both ways: the encoder the publishing thread writes every message with, and
+//! the strict decoders subscribers read them with (every field as an `rmpv` value, or named and
+//! typed with `rmp-serde`). docs/spec.md section 5 is the format; the two sides share no code,
+//! so a test that decodes what the encoder wrote checks the encoder against the contract.
+
+mod decode;
+pub(crate) mod encode;
+mod typed;
+
+pub use decode::{
+    decode_message, field, to_json, Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS,
+    MAX_EVENT_KEYS,
+};
+pub use typed::{Bytes, Event, Message};
+
+pub(crate) use decode::wrong_frames;
