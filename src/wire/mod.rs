@@ -6,11 +6,10 @@
 mod decode;
 pub(crate) mod encode;
 mod typed;
+mod validate;
 
-pub use decode::{
-    decode_message, field, to_json, Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS,
-    MAX_EVENT_KEYS,
-};
+pub use decode::{decode_message, field, to_json};
 pub use typed::{Bytes, Event, Message};
+pub use validate::{Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS, MAX_EVENT_KEYS};
 
-pub(crate) use decode::wrong_frames;
+pub(crate) use validate::wrong_frames;

@@ -7,7 +7,7 @@
 //! [`decode_message`](super::decode_message); then each event is deserialized into the type
 //! asked for, and the first one that does not fit refuses the message, naming it.
 
-use super::decode::{envelope, Malformed};
+use super::validate::{envelope, Malformed};
 use crate::{EventKind, Medium};
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;

@@ -1,0 +1,308 @@
+//! The stream's format checked before anything is decoded: the envelope (three frames, an
+//! empty topic, an 8-byte sequence), then the payload byte by byte, every length it claims
+//! held to a bound or to the bytes left. Both decoders start here, so they are equally strict
+//! and equally bounded.
+
+use rmp::Marker;
+use std::fmt;
+use std::ops::Deref;
+
+/// Why a message is not one of the stream's: what was wrong, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Malformed(pub String);
+
+impl fmt::Display for Malformed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "malformed message: {}", self.0)
+    }
+}
+
+impl std::error::Error for Malformed {}
+
+/// The frames of one message checked against the wire format: its sequence, its payload and
+/// the payload's shape, whose events are then decoded one way or another.
+pub(super) fn envelope<F: Deref<Target = [u8]>>(
+    frames: &[F],
+) -> Result<(u64, &[u8], Shape), Malformed> {
+    let malformed = |why: String| Err(Malformed(why));
+    let [topic, sequence, payload] = frames else {
+        return malformed(wrong_frames(frames.len()));
+    };
+    if !topic.is_empty() {
+        return malformed(format!("a topic of {} bytes, expected none", topic.len()));
+    }
+    let Ok(sequence) = <[u8; 8]>::try_from(&sequence[..]) else {
+        return malformed(format!(
+            "a sequence of {} bytes, expected 8",
+            sequence.len()
+        ));
+    };
+    let shape = Payload::check(payload).map_err(Malformed)?;
+    Ok((u64::from_be_bytes(sequence), payload, shape))
+}
+
+pub(crate) fn wrong_frames(count: usize) -> String {
+    format!("{count} frames, expected 3 (topic, sequence, payload)")
+}
+
+/// The most events a message may hold: the wire format's batches hold 1 to 64.
+pub const MAX_BATCH_EVENTS: u32 = 64;
+/// The most keys an event map may have: the largest map of the format has 20 (a legacy
+/// `stored`), so this leaves room for fields added later.
+pub const MAX_EVENT_KEYS: u32 = 32;
+/// The most items the arrays of one event may hold in all. The format's arrays
+/// (`seq_hashes`, `block_hashes`) are empty; this leaves room for hashes a later version may
+/// send while bounding the values one message decodes into.
+pub const MAX_EVENT_ARRAY_ITEMS: u32 = 256;
+
+/// The payload's shape, for the errors that must say what was expected.
+const SHAPE: &str = "an array of 3 [timestamp_ms, events, dp_rank]";
+
+/// Checks a payload against the wire format byte by byte, before anything is decoded from
+/// it: every length it claims is held to a bound or to the bytes left, so that no
+/// allocation follows an untrusted length and what [`decode_message`](super::decode_message) builds stays within a
+/// fixed number of values plus the payload's own bytes.
+struct Payload<'p> {
+    bytes: &'p [u8],
+    at: usize,
+}
+
+/// What the validator found: the batch's scalars and where its events lie.
+pub(super) struct Shape {
+    pub(super) timestamp_ms: u64,
+    /// The byte offset of the first event, and how many there are.
+    pub(super) events_at: usize,
+    pub(super) events: u32,
+    pub(super) dp_rank: u64,
+}
+
+impl<'p> Payload<'p> {
+    fn check(bytes: &'p [u8]) -> Result<Shape, String> {
+        let mut p = Payload { bytes, at: 0 };
+        let (at, marker) = p.marker("the payload")?;
+        match array_len(&mut p, marker)? {
+            Some(3) => {}
+            Some(n) => return Err(format!("the payload is an array of {n}, expected {SHAPE}")),
+            None => {
+                return Err(format!(
+                    "the payload is not a msgpack batch: byte {at} (0x{:02x}) is {}, expected \
+                     {SHAPE}",
+                    bytes[at],
+                    kind(marker)
+                ))
+            }
+        }
+        let timestamp_ms = p.uint("timestamp_ms")?;
+        let (at, marker) = p.marker("events")?;
+        let events = match array_len(&mut p, marker)? {
+            Some(n @ 1..=MAX_BATCH_EVENTS) => n,
+            Some(n) => {
+                return Err(format!(
+                    "events (byte {at}) is an array of {n}, expected 1 to {MAX_BATCH_EVENTS} \
+                     events"
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "events (byte {at}) is {}, expected an array of 1 to {MAX_BATCH_EVENTS} \
+                     events",
+                    kind(marker)
+                ))
+            }
+        };
+        let events_at = p.at;
+        for index in 0..events {
+            p.event(index)?;
+        }
+        let dp_rank = p.uint("dp_rank")?;
+        match bytes.len() - p.at {
+            0 => Ok(Shape {
+                timestamp_ms,
+                events_at,
+                events,
+                dp_rank,
+            }),
+            extra => Err(format!("the payload has {extra} bytes after the array")),
+        }
+    }
+
+    /// The next marker and its offset; `what` names the value for the error at the end.
+    fn marker(&mut self, what: &str) -> Result<(usize, Marker), String> {
+        let at = self.at;
+        let byte = *self
+            .bytes
+            .get(at)
+            .ok_or_else(|| format!("the payload ends at byte {at}, where {what} should begin"))?;
+        self.at += 1;
+        Ok((at, Marker::from_u8(byte)))
+    }
+
+    /// The next `n` bytes, which `what` needs.
+    fn take(&mut self, n: u64, what: &str) -> Result<&'p [u8], String> {
+        let left = self.bytes.len() - self.at;
+        match usize::try_from(n) {
+            Ok(n) if n <= left => {
+                self.at += n;
+                Ok(&self.bytes[self.at - n..self.at])
+            }
+            _ => Err(format!(
+                "the payload ends inside {what}: {n} bytes wanted at byte {}, {left} left",
+                self.at
+            )),
+        }
+    }
+
+    /// A big-endian unsigned integer of `n` bytes (1 to 8).
+    fn be(&mut self, n: u64, what: &str) -> Result<u64, String> {
+        let bytes = self.take(n, what)?;
+        Ok(bytes.iter().fold(0, |v, &b| (v << 8) | u64::from(b)))
+    }
+
+    fn uint(&mut self, what: &str) -> Result<u64, String> {
+        let (at, marker) = self.marker(what)?;
+        match marker {
+            Marker::FixPos(v) => Ok(u64::from(v)),
+            Marker::U8 => self.be(1, what),
+            Marker::U16 => self.be(2, what),
+            Marker::U32 => self.be(4, what),
+            Marker::U64 => self.be(8, what),
+            other => Err(format!(
+                "{what} (byte {at}) is {}, expected an unsigned integer",
+                kind(other)
+            )),
+        }
+    }
+
+    /// One event: a map of at most [`MAX_EVENT_KEYS`] string keys whose values are scalars
+    /// or arrays of scalars, [`MAX_EVENT_ARRAY_ITEMS`] items in all.
+    fn event(&mut self, index: u32) -> Result<(), String> {
+        let what = format!("event {index}");
+        let (at, marker) = self.marker(&what)?;
+        let keys = match marker {
+            Marker::FixMap(n) => u32::from(n),
+            Marker::Map16 => self.be(2, &what)? as u32,
+            Marker::Map32 => self.be(4, &what)? as u32,
+            other => {
+                return Err(format!(
+                    "{what} (byte {at}) is {}, expected a map",
+                    kind(other)
+                ))
+            }
+        };
+        if keys > MAX_EVENT_KEYS {
+            return Err(format!(
+                "{what} (byte {at}) has {keys} keys, at most {MAX_EVENT_KEYS} expected"
+            ));
+        }
+        let mut items = 0;
+        for _ in 0..keys {
+            let (at, marker) = self.marker(&what)?;
+            if !matches!(
+                marker,
+                Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32
+            ) {
+                return Err(format!(
+                    "{what} has a key (byte {at}) that is {}, expected a string",
+                    kind(marker)
+                ));
+            }
+            let key = self.bytes_of(marker, &what)?.unwrap_or_default();
+            let what = format!("{what}, key {:?}", String::from_utf8_lossy(key));
+            let (at, marker) = self.marker(&what)?;
+            match array_len(self, marker)? {
+                Some(n) => {
+                    items += n;
+                    if items > MAX_EVENT_ARRAY_ITEMS {
+                        return Err(format!(
+                            "{what} (byte {at}) is an array of {n}, more than the \
+                             {MAX_EVENT_ARRAY_ITEMS} array items an event may hold"
+                        ));
+                    }
+                    for _ in 0..n {
+                        let (at, marker) = self.marker(&what)?;
+                        self.scalar(at, marker, &what)?;
+                    }
+                }
+                None => self.scalar(at, marker, &what)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Skips the scalar `marker` begins: anything but an array or a map, which the format
+    /// never nests this deep.
+    fn scalar(&mut self, at: usize, marker: Marker, what: &str) -> Result<(), String> {
+        let size = match marker {
+            Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
+                0
+            }
+            Marker::U8 | Marker::I8 => 1,
+            Marker::U16 | Marker::I16 => 2,
+            Marker::U32 | Marker::I32 | Marker::F32 => 4,
+            Marker::U64 | Marker::I64 | Marker::F64 => 8,
+            Marker::FixExt1 => 2,
+            Marker::FixExt2 => 3,
+            Marker::FixExt4 => 5,
+            Marker::FixExt8 => 9,
+            Marker::FixExt16 => 17,
+            Marker::Ext8 => 1 + self.be(1, what)?,
+            Marker::Ext16 => 1 + self.be(2, what)?,
+            Marker::Ext32 => 1 + self.be(4, what)?,
+            Marker::Reserved => {
+                return Err(format!("{what}: byte {at} (0xc1) is no msgpack value"))
+            }
+            other => match self.bytes_of(other, what)? {
+                Some(_) => 0,
+                None => {
+                    return Err(format!(
+                        "{what} (byte {at}) is {} inside a value, deeper than the format nests",
+                        kind(other)
+                    ))
+                }
+            },
+        };
+        self.take(size, what).map(drop)
+    }
+
+    /// The bytes of a string or bin `marker` begins; `None` for any other marker.
+    fn bytes_of(&mut self, marker: Marker, what: &str) -> Result<Option<&'p [u8]>, String> {
+        let len = match marker {
+            Marker::FixStr(n) => u64::from(n),
+            Marker::Str8 | Marker::Bin8 => self.be(1, what)?,
+            Marker::Str16 | Marker::Bin16 => self.be(2, what)?,
+            Marker::Str32 | Marker::Bin32 => self.be(4, what)?,
+            _ => return Ok(None),
+        };
+        self.take(len, what).map(Some)
+    }
+}
+
+/// The length of the array `marker` begins, `None` when it begins something else.
+fn array_len(p: &mut Payload<'_>, marker: Marker) -> Result<Option<u32>, String> {
+    Ok(match marker {
+        Marker::FixArray(n) => Some(u32::from(n)),
+        Marker::Array16 => Some(p.be(2, "an array's length")? as u32),
+        Marker::Array32 => Some(p.be(4, "an array's length")? as u32),
+        _ => None,
+    })
+}
+
+/// What a marker begins, for people.
+fn kind(marker: Marker) -> &'static str {
+    match marker {
+        Marker::FixPos(_) | Marker::U8 | Marker::U16 | Marker::U32 | Marker::U64 => {
+            "a positive integer"
+        }
+        Marker::FixNeg(_) => "a negative integer",
+        Marker::I8 | Marker::I16 | Marker::I32 | Marker::I64 => "a signed integer",
+        Marker::Null => "nil",
+        Marker::True | Marker::False => "a boolean",
+        Marker::F32 | Marker::F64 => "a float",
+        Marker::FixStr(_) | Marker::Str8 | Marker::Str16 | Marker::Str32 => "a string",
+        Marker::Bin8 | Marker::Bin16 | Marker::Bin32 => "a bin",
+        Marker::FixArray(_) | Marker::Array16 | Marker::Array32 => "an array",
+        Marker::FixMap(_) | Marker::Map16 | Marker::Map32 => "a map",
+        Marker::Reserved => "the byte msgpack never uses",
+        _ => "an ext",
+    }
+}
