@@ -5,7 +5,7 @@
 //! Also the loss a subscriber cannot see in the stream (the end of a burst), found and
 //! filled through the replay socket.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{eventually, tcp_endpoint, TempDir};
 use mooncake_kv_events::catchup::{Catchup, ReplayClient};

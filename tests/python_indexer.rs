@@ -11,7 +11,7 @@
 //! step by step, and the whole program against a fake publisher, are tested by
 //! `tests/python/test_indexer.py`.
 
-mod common;
+use kv_events_testing as common;
 
 use common::TempDir;
 use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};

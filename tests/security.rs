@@ -4,7 +4,7 @@
 //! counted once; the address allow-list; the mode of an ipc socket file; every config error;
 //! no secret in a log line, the status or the metrics.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{
     curve_config, curve_keys, eventually, keygen, raw_messages, raw_subscriber, tcp_endpoint,
