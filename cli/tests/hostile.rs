@@ -14,7 +14,6 @@ use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -66,7 +65,7 @@ impl Demo {
         let pid = self.child.id().to_string();
         let output = Command::new(PYTHON)
             .arg("-B")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/attack.py"))
+            .arg(common::repo_root().join("scripts/attack.py"))
             .args([mode, "--endpoint", &self.endpoint, "--pid", &pid])
             .args(args)
             .output()

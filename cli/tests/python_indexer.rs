@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 const PYTHON: &str = "/usr/bin/python3";
 
 fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+    common::repo_root().join(path)
 }
 
 /// `/usr/bin/python3 -B`, after checking it has the modules the example imports.
