@@ -10,7 +10,8 @@
 //!   thread running, the queue never full), counting every allocation of the process's Rust
 //!   code, callers and publishing thread alike (libzmq's own, in C, are not counted).
 
-use mooncake_kv_events::bench::{FullQueue, KeyShape, LONGER_SHAPES, SHAPES};
+use kv_events_testing::bench::{KeyShape, LONGER_SHAPES, SHAPES};
+use mooncake_kv_events::bench::FullQueue;
 use mooncake_kv_events::{Medium, MediumSet};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -80,7 +81,7 @@ fn full_queue(shape: &KeyShape) {
 }
 
 fn steady_state(shape: &KeyShape) {
-    let publisher = mooncake_kv_events::bench::publisher("memory");
+    let publisher = kv_events_testing::bench::publisher("memory");
     let keys: Vec<Vec<u8>> = (0..1024).map(|i| shape.key(i)).collect();
     let cpu = MediumSet::from([Medium::Cpu]);
     let mut sent = 0;

@@ -75,9 +75,9 @@ constexpr std::string_view kProductionGroup = "tp8-node-0017";
 constexpr size_t kSlotBytes = 104;
 constexpr size_t kBlockBytes = 256;
 
-// A key shape: the tenant, key and group of every call of a run. These are src/bench.rs's
-// SHAPES and LONGER_SHAPES (but key1m, whose 4096 keys would take 4 GiB here), built the same
-// way byte for byte, so that the Rust and C++ figures of one shape compare.
+// A key shape: the tenant, key and group of every call of a run. These are the SHAPES and
+// LONGER_SHAPES of testing/src/bench.rs (but key1m, whose 4096 keys would take 4 GiB here),
+// built the same way byte for byte, so that the Rust and C++ figures of one shape compare.
 struct Shape {
   std::string_view name;
   std::string_view tenant;

@@ -1,9 +1,10 @@
 //! What the tests and the benchmarks of both packages share (a dev-dependency only, never
 //! published): a publisher and a subscriber on a private endpoint, for tests that read the real
-//! stream; CURVE key files; raw sockets; a temporary directory; and, in [`model`], a master in
-//! miniature for the follower's tests. The tests bring it in as `use kv_events_testing as
-//! common;`.
+//! stream; CURVE key files; raw sockets; a temporary directory; in [`model`], a master in
+//! miniature for the follower's tests; in [`mod@bench`], the benchmarks' key shapes and a
+//! publisher nobody reads. The tests bring it in as `use kv_events_testing as common;`.
 
+pub mod bench;
 pub mod model;
 
 use mooncake_kv_events::watch::{Batch, Continuity, Reach, Subscriber};
