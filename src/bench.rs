@@ -95,6 +95,10 @@ impl FullQueue {
     }
 }
 
+/// The most bytes of tenant, key and group a queued call carries in its slot; more, up to
+/// [`BLOCK_BYTES`], take a block of the string pool.
+pub const INLINE_BYTES: usize = crate::event::INLINE_BYTES;
+
 /// The most bytes of tenant, key and group a block of the string pool holds; more always take
 /// an allocation of their own.
 pub const BLOCK_BYTES: usize = crate::pool::BLOCK_BYTES;
