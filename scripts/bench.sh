@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Runs the benchmarks of issue 5:
+# Runs the benchmarks of the hot path and the publishing thread:
 #   1. kv_events_bench, the C++ benchmark through include/mooncake/kv_events.h, built in Release
 #      with ENABLE_KV_EVENTS=ON in build/bench (hot path against an in-run baseline, publishing
 #      thread against a plain libzmq PUB, sustained rate, CPU, memory, a RemoveAll's burst),
-#      once, or once per key shape with --shapes (issue 11);
+#      once, or once per key shape with --shapes;
 #   2. cargo bench --features bench: the criterion benches (encoding alone, Rust-side hot path).
 #
 # Usage: scripts/bench.sh [--quick] [--cpp-only] [--shapes[=LIST]] [kv_events_bench options...]

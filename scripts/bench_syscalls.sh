@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shows that neither a producer thread nor the publishing thread makes a system call per call
-# in steady state (issues 5 and 11).
+# in steady state, whatever the key shape.
 #
 # Runs `kv_events_bench --syscall-probe` under `strace -f -ff -ttt` (one trace file per thread)
 # with 1M and then 4M on_put_commit calls per producer thread, and counts, for each producer

@@ -1,4 +1,5 @@
-// kv_events_bench: the C++ benchmark of issue 5, through include/mooncake/kv_events.h.
+// kv_events_bench: the C++ benchmark of the hot path and the publishing thread, through
+// include/mooncake/kv_events.h.
 //
 // Drives the publisher from N producer threads with a subscriber in another process (this
 // program re-executed with --subscriber), every call carrying the tenant, key and group of one
@@ -219,8 +220,8 @@ struct Options {
   }
   std::fprintf(error ? stderr : stdout, R"(usage: kv_events_bench [options]
 
-Benchmarks mooncake/kv_events.h (issue 5) with a subscriber in a child process, on
-127.0.0.1. Reports only; asserts nothing about time.
+Benchmarks mooncake/kv_events.h with a subscriber in a child process, on 127.0.0.1.
+Reports only; asserts nothing about time.
 
   --quick            a run of about a minute: 0.5 s latency phases, --duration 2, 5 s flood
   --smoke            a few seconds: every phase once, tiny; exits 1 if the subscriber missed
