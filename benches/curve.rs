@@ -16,8 +16,7 @@
 //! cryptography either way. docs/performance.md has the figures.
 
 // The tests' helpers (key files, raw subscribers), shared rather than copied.
-#[path = "../tests/common/mod.rs"]
-mod common;
+use kv_events_testing as common;
 
 use common::{curve_config, curve_keys, raw_subscriber, tcp_endpoint, TempDir};
 use mooncake_kv_events::keys::KeyPair;

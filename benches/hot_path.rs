@@ -1,13 +1,13 @@
 //! The cost of one `on_put_commit` to the calling thread, with the publishing thread running,
 //! against a baseline publisher of the usual design (a mutex-guarded deque and one condition
 //! variable notify per call) measured in the same run, for each key shape of
-//! `mooncake_kv_events::bench::SHAPES` (`cargo bench --features bench --bench hot_path`).
+//! `cpp_tests/bench/shapes.tsv` that never allocates (`cargo bench --bench hot_path`).
 //!
 //! Calls are timed in runs of 1,024 with the queue drained between runs (untimed), so the
 //! figures are the steady state of a publisher that keeps up, not of one that drops.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use mooncake_kv_events::bench::{KeyShape, SHAPES};
+use kv_events_testing::bench::{shapes, KeyShape};
 use mooncake_kv_events::{Medium, MediumSet, Publisher};
 use std::collections::VecDeque;
 use std::hint::black_box;
@@ -99,10 +99,10 @@ impl Drop for MutexCondvarPublisher {
 
 fn hot_path(c: &mut Criterion) {
     let mut group = c.benchmark_group("on_put_commit");
-    let publisher = mooncake_kv_events::bench::publisher("bench");
+    let publisher = kv_events_testing::bench::publisher("bench");
     let baseline = MutexCondvarPublisher::new();
     let cpu = MediumSet::from([Medium::Cpu]);
-    for shape in &SHAPES {
+    for shape in shapes().iter().filter(|s| !s.allocates()) {
         let keys = keys(shape);
         let (tenant, group_id) = (shape.tenant, shape.group);
         let id = |design| BenchmarkId::new(design, shape.name);
@@ -139,7 +139,7 @@ fn hot_path(c: &mut Criterion) {
     );
 
     let disabled = Publisher::disabled();
-    let key = SHAPES[0].key(0);
+    let key = shapes()[0].key(0);
     group.bench_function("disabled", |b| {
         b.iter(|| disabled.on_put_commit("tenant-a", black_box(&key), "group-1", cpu))
     });

@@ -1,6 +1,7 @@
 //! What a queued call costs in memory, and whether a call allocates.
 //!
-//! `cargo bench --features bench --bench memory` prints two tables per key shape:
+//! `cargo bench --features bench --bench memory` prints two tables, a row per key shape of
+//! `cpp_tests/bench/shapes.tsv`:
 //! - a full default queue (65,536 calls, no publishing thread): the allocations made to fill
 //!   it, the bytes requested, and the bytes per queued call besides its tenant, key and group.
 //!   Strings of up to 104 bytes ride in the queue's slots, up to 256 in the blocks of the
@@ -10,7 +11,8 @@
 //!   thread running, the queue never full), counting every allocation of the process's Rust
 //!   code, callers and publishing thread alike (libzmq's own, in C, are not counted).
 
-use mooncake_kv_events::bench::{FullQueue, KeyShape, LONGER_SHAPES, SHAPES};
+use kv_events_testing::bench::{shapes, KeyShape};
+use mooncake_kv_events::bench::FullQueue;
 use mooncake_kv_events::{Medium, MediumSet};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -47,14 +49,13 @@ fn main() {
     println!("full default queue ({CAPACITY} calls of on_put_commit), per key shape:");
     println!("| shape | strings B | allocations | requested MB | per call besides strings B |");
     println!("|---|---|---|---|---|");
-    // key1m is left out: a full queue of them is 64 GiB.
-    for shape in SHAPES.iter().chain(&LONGER_SHAPES[..1]) {
+    for shape in shapes() {
         full_queue(shape);
     }
     println!("\nsteady state ({STEADY_CALLS} calls through a publisher that keeps up):");
     println!("| shape | allocations | per call |");
     println!("|---|---|---|");
-    for shape in SHAPES.iter().chain(&LONGER_SHAPES[..1]) {
+    for shape in shapes() {
         steady_state(shape);
     }
 }
@@ -80,7 +81,7 @@ fn full_queue(shape: &KeyShape) {
 }
 
 fn steady_state(shape: &KeyShape) {
-    let publisher = mooncake_kv_events::bench::publisher("memory");
+    let publisher = kv_events_testing::bench::publisher("memory");
     let keys: Vec<Vec<u8>> = (0..1024).map(|i| shape.key(i)).collect();
     let cpu = MediumSet::from([Medium::Cpu]);
     let mut sent = 0;

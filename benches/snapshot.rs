@@ -14,8 +14,7 @@
 //! the shard lock of the object they change, as the master does; the snapshot's source takes
 //! the same locks to copy each shard. docs/performance.md has the figures.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
+use kv_events_testing as common;
 
 use common::{raw_subscriber, tcp_endpoint};
 use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};

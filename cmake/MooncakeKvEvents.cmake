@@ -16,6 +16,8 @@
 #                  Rust toolchain and no ZeroMQ, and no C++ runtime (a C program links it).
 #   ON             libmooncake_kv_events.so.0 (SONAME; the file carries the crate's version):
 #                  the Rust crate, built by cargo as a static archive (--release --locked,
+#                  -p mooncake-kv-events --lib: the library package alone, never the
+#                  workspace's kv-events command or what only it uses, such as clap;
 #                  into KV_EVENTS_CARGO_TARGET_DIR, under the build tree unless set), wrapped
 #                  by the C API of cpp/kv_events.cc. It links the system libzmq (Debian:
 #                  libzmq3-dev, found with pkg-config) and exports the C API only (kv_events_*):
@@ -138,7 +140,7 @@ function(_kv_events_add_cargo_build)
       "${include_dir}/rust/cxx.h"
       "${include_dir}/mooncake-kv-events/src/ffi.rs.h"
     COMMAND "${CMAKE_COMMAND}" -E env "CARGO_TARGET_DIR=${target_dir}"
-            "${KV_EVENTS_CARGO}" build --release --locked --lib
+            "${KV_EVENTS_CARGO}" build --release --locked -p mooncake-kv-events --lib
             --manifest-path "${root}/Cargo.toml"
     # cargo leaves a fresh archive untouched; mark it current so the build does not rerun.
     COMMAND "${CMAKE_COMMAND}" -E touch_nocreate "${archive}"

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# Runs the benchmarks of issue 5:
+# Runs the benchmarks of the hot path and the publishing thread:
 #   1. kv_events_bench, the C++ benchmark through include/mooncake/kv_events.h, built in Release
 #      with ENABLE_KV_EVENTS=ON in build/bench (hot path against an in-run baseline, publishing
 #      thread against a plain libzmq PUB, sustained rate, CPU, memory, a RemoveAll's burst),
-#      once, or once per key shape with --shapes (issue 11);
+#      once, or once per key shape with --shapes;
 #   2. cargo bench --features bench: the criterion benches (encoding alone, Rust-side hot path).
 #
 # Usage: scripts/bench.sh [--quick] [--cpp-only] [--shapes[=LIST]] [kv_events_bench options...]
 #   --quick          about a minute of C++ benchmark (per shape) and short criterion measurements
 #   --cpp-only       skip the criterion benches
 #   --shapes[=LIST]  run kv_events_bench once per key shape of LIST (comma-separated; default
-#                    all five: synthetic64,vllm,sglang,max256,key1k), each with the other
-#                    options; without it, one run of the shape that --shape names (default
-#                    synthetic64)
+#                    every shape of cpp_tests/bench/shapes.tsv), each with the other options;
+#                    without it, one run of the shape that --shape names (default the file's
+#                    first)
 # Other options go to kv_events_bench (build/bench/bench/kv_events_bench --help lists them and
 # the shapes).
 # The figures are only comparable inside one run: the ratios are what to look at.
@@ -27,7 +27,7 @@ for arg in "$@"; do
   case "$arg" in
     --quick) quick=1; args+=(--quick) ;;
     --cpp-only) cpp_only=1 ;;
-    --shapes) shapes=(synthetic64 vllm sglang max256 key1k) ;;
+    --shapes) mapfile -t shapes < <(awk -F'\t' '!/^#/ && NF { print $1 }' cpp_tests/bench/shapes.tsv) ;;
     --shapes=*) IFS=, read -r -a shapes <<<"${arg#--shapes=}" ;;
     *) args+=("$arg") ;;
   esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shows that neither a producer thread nor the publishing thread makes a system call per call
-# in steady state (issues 5 and 11).
+# in steady state, whatever the key shape.
 #
 # Runs `kv_events_bench --syscall-probe` under `strace -f -ff -ttt` (one trace file per thread)
 # with 1M and then 4M on_put_commit calls per producer thread, and counts, for each producer
@@ -15,9 +15,9 @@
 #   flat-out  2 threads as fast as they can, no warm-up: the publishing thread, slowed by
 #             strace, falls behind, so this is mostly the full-queue (drop-oldest) path.
 #
-# Each call carries the tenant, key and group of one key shape (kv_events_bench --help lists
-# them): synthetic64 unless --shape names another; --shapes runs the whole table once per shape
-# (synthetic64, vllm, sglang, max256, key1k), each under a header naming its byte counts.
+# Each call carries the tenant, key and group of one key shape (cpp_tests/bench/shapes.tsv;
+# kv_events_bench --help lists them): the file's first unless --shape names another; --shapes
+# runs the whole table once per shape of the file, each under a header naming its byte counts.
 #
 # Usage: scripts/bench_syscalls.sh [--quick] [--shape NAME | --shapes]
 #   (--quick: 250k and 1M calls)
@@ -32,7 +32,8 @@ if ! command -v strace >/dev/null; then
 fi
 small=1000000
 large=4000000
-shapes=(synthetic64)
+mapfile -t all_shapes < <(awk -F'\t' '!/^#/ && NF { print $1 }' cpp_tests/bench/shapes.tsv)
+shapes=("${all_shapes[0]}")
 while (($#)); do
   case "$1" in
     --quick) small=250000; large=1000000 ;;
@@ -41,7 +42,7 @@ while (($#)); do
       shapes=("$2")
       shift
       ;;
-    --shapes) shapes=(synthetic64 vllm sglang max256 key1k) ;;
+    --shapes) shapes=("${all_shapes[@]}") ;;
     *) echo "usage: scripts/bench_syscalls.sh [--quick] [--shape NAME | --shapes]" >&2; exit 2 ;;
   esac
   shift

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs every test: the Rust crate's and its API documentation's, then the C++ suites built with
-# ENABLE_KV_EVENTS ON and OFF.
+# Runs every test: the Rust workspace's (the library, the kv-events command, the helpers they
+# share) and its API documentation's, then the C++ suites built with ENABLE_KV_EVENTS ON and OFF.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo test --locked --features bench
+cargo test --workspace --locked --features bench
 # The API documentation: every public item documented (missing_docs), no broken link.
-RUSTDOCFLAGS="-D warnings" cargo doc --locked --no-deps
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --locked --no-deps
 
 # The C++ face, as a master consumes it: the same suites against the Rust library (ON) and
 # against the stub (OFF). ON's cargo build shares the crate's target/ with the line above

@@ -1,6 +1,6 @@
 //! The stream as a subscriber on a real SUB socket sees it, decoded with rmpv.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{assert_silent, config, connected, read_events};
 use mooncake_kv_events::subscriber::{Batch, Continuity};

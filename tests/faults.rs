@@ -2,7 +2,7 @@
 //! shutdown under load, failed creation and hostile input. The master must never wait and
 //! every loss must be counted or visible as a gap.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{config, connected, endpoint, gaps, publish, read_events, subscribe};
 use mooncake_kv_events::subscriber::{Batch, Continuity};

@@ -2,8 +2,8 @@
 //! subscriber too slow for the socket, events dropped before encoding, a restart, a move to
 //! another master, a stray publisher), its index ends equal to the master's truth.
 
-mod common;
-mod model;
+use kv_events_testing as common;
+use kv_events_testing::model;
 
 use common::endpoint;
 use model::{config, converge, Model};

@@ -3,7 +3,7 @@
 //! after a snapshot is not S + 1, a gap the buffer holds and one it does not, a busy or
 //! inconsistent snapshot, a new incarnation while the stream is quiet, a lost end of burst).
 
-mod common;
+use kv_events_testing as common;
 
 use common::endpoint;
 use mooncake_kv_events::subscriber::Index;

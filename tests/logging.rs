@@ -1,6 +1,6 @@
 //! The library's log lines reach the sink the host installed, and nothing else does.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{config, endpoint};
 use mooncake_kv_events::{set_log_sink, Config, Level, Publisher};

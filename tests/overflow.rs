@@ -1,6 +1,6 @@
 //! Many producer threads flooding a small queue: every loss is counted and visible as a gap.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{config, connected, gaps};
 use mooncake_kv_events::subscriber::Batch;

@@ -2,7 +2,7 @@
 //! files. These tests measure the whole process, so they live in their own test binary and
 //! take turns.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{config, publish};
 use mooncake_kv_events::subscriber::Subscriber;

@@ -2,7 +2,7 @@
 //! its sequence, ends up holding, compared with the master's truth; and what the socket does
 //! with requests it cannot serve.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{eventually, raw_subscriber, tcp_endpoint};
 use mooncake_kv_events::wire::{decode_message, field};

@@ -3,7 +3,7 @@
 //! that are not UTF-8 arrive as bytes, and a call with such a key travels alone, so that a
 //! reader whose structs want `String` loses exactly those calls' events.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{config, raw_messages, raw_subscriber};
 use mooncake_kv_events::subscriber::Continuity;

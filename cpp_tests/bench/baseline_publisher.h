@@ -1,5 +1,5 @@
-// The baseline of issue 5, written for the benchmark: the usual C++ design of a KV event
-// publisher, measured in the same run as the library.
+// The baseline the benchmark compares the library with, written for it: the usual C++ design
+// of a KV event publisher, measured in the same run as the library.
 //
 //   caller   copies tenant, key and group into std::strings, locks one mutex, pushes onto one
 //            std::deque (dropping the oldest past `capacity`), unlocks, and notifies one

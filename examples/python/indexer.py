@@ -37,7 +37,7 @@ Tenants and keys are the master's bytes: a JSON string when they are UTF-8, else
 {"hex": "<their bytes in hex>"}. With several publishers it holds the index of the one in
 sync heard from last (the leader of an HA deployment), or with --union all of them merged.
 
-tests/python_indexer.rs runs it against `kv-events demo` and checks its final index;
+cli/tests/python_indexer.rs runs it against `kv-events demo` and checks its final index;
 tests/python/test_indexer.py tests its recovery step by step.
 """
 

@@ -1,7 +1,7 @@
 """Tests of examples/python/indexer.py: its Index, its Follower's recovery step by step (fed
 messages and replies by hand, no sockets), its decoding of anything at all, and the whole
 program against a fake publisher (tests/python/fake_publisher.py). Plain asserts; run by
-tests/python_indexer.rs as `/usr/bin/python3 tests/python/test_indexer.py`, exit status 0
+cli/tests/python_indexer.rs as `/usr/bin/python3 tests/python/test_indexer.py`, exit status 0
 when every test passes; `... test_indexer.py NAME` runs the tests whose name holds NAME."""
 
 import importlib.util

@@ -2,8 +2,8 @@
 //! what it writes (JSON lines, on exit or to --dump) is the master's truth, and stderr says
 //! each recovery and the summaries.
 
-mod common;
-mod model;
+use kv_events_testing as common;
+use kv_events_testing::model;
 
 use common::{endpoint, TempDir};
 use model::{config, Model};

@@ -7,19 +7,12 @@
 //! error.
 #![warn(missing_debug_implementations, unreachable_pub)]
 
-#[path = "kv_events/args.rs"]
 mod args;
-#[path = "kv_events/demo.rs"]
 mod demo;
-#[path = "kv_events/keygen.rs"]
 mod keygen;
-#[path = "kv_events/master.rs"]
 mod master;
-#[path = "kv_events/mirror.rs"]
 mod mirror;
-#[path = "kv_events/tail.rs"]
 mod tail;
-#[path = "kv_events/view.rs"]
 mod view;
 
 use args::Command;

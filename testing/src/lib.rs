@@ -1,10 +1,24 @@
-//! A publisher and a subscriber on a private ipc endpoint, for tests that read the real stream.
-#![allow(dead_code)] // each test binary uses part of this
+//! What the tests and the benchmarks of both packages share (a dev-dependency only, never
+//! published): a publisher and a subscriber on a private endpoint, for tests that read the real
+//! stream; CURVE key files; raw sockets; a temporary directory; in [`model`], a master in
+//! miniature for the follower's tests; in [`mod@bench`], the benchmarks' key shapes and a
+//! publisher nobody reads. The tests bring it in as `use kv_events_testing as common;`.
+
+pub mod bench;
+pub mod model;
 
 use mooncake_kv_events::subscriber::{Batch, Continuity, Reach, Subscriber};
 use mooncake_kv_events::{Config, Publisher};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+/// The repository's root, where README.md, docs/, scripts/ and examples/ are.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testing/ is a folder of the repository")
+}
 
 /// A ZeroMQ endpoint no other test uses.
 pub fn endpoint() -> String {
@@ -13,6 +27,7 @@ pub fn endpoint() -> String {
     format!("ipc:///tmp/kv-events-test-{}-{n}.sock", std::process::id())
 }
 
+/// An enabled config publishing on `endpoint` as backend `store-a`.
 pub fn config(endpoint: &str) -> Config {
     Config {
         enable_kv_events: true,

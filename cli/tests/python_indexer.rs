@@ -11,7 +11,7 @@
 //! step by step, and the whole program against a fake publisher, are tested by
 //! `tests/python/test_indexer.py`.
 
-mod common;
+use kv_events_testing as common;
 
 use common::TempDir;
 use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 const PYTHON: &str = "/usr/bin/python3";
 
 fn repo(path: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+    common::repo_root().join(path)
 }
 
 /// `/usr/bin/python3 -B`, after checking it has the modules the example imports.

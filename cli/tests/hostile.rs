@@ -5,7 +5,7 @@
 //! Also the loss a subscriber cannot see in the stream (the end of a burst), found and
 //! filled through the replay socket.
 
-mod common;
+use kv_events_testing as common;
 
 use common::{eventually, tcp_endpoint, TempDir};
 use mooncake_kv_events::subscriber::{Catchup, ReplayClient};
@@ -14,7 +14,6 @@ use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -66,7 +65,7 @@ impl Demo {
         let pid = self.child.id().to_string();
         let output = Command::new(PYTHON)
             .arg("-B")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/attack.py"))
+            .arg(common::repo_root().join("scripts/attack.py"))
             .args([mode, "--endpoint", &self.endpoint, "--pid", &pid])
             .args(args)
             .output()

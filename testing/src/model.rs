@@ -1,7 +1,6 @@
 //! A master in miniature for the follower's tests: the objects it holds (the truth), every
 //! change announced to a publisher under the lock that guards them, and an object source
 //! that copies them under the same lock, as a real master's shards do.
-#![allow(dead_code)] // each test binary uses part of this
 
 use mooncake_kv_events::subscriber::Index;
 use mooncake_kv_events::subscriber::{Follower, Notice};

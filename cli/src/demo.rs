@@ -398,7 +398,7 @@ fn summary(
 }
 
 /// The final index a subscriber that saw every event of the workload ends with
-/// (`tests/python_indexer.rs` compares it with `examples/python/indexer.py --dump`).
+/// (`cli/tests/python_indexer.rs` compares it with `examples/python/indexer.py --dump`).
 #[derive(Debug, Serialize)]
 struct IndexDump {
     /// `[backend, tenant, key, [media]]`, sorted; keys and tenants as the script renders

@@ -3,7 +3,7 @@
 //! is too large or malformed, say what was wrong, hold their memory to a bound, and go on
 //! with the stream.
 
-mod common;
+use kv_events_testing as common;
 
 use mooncake_kv_events::subscriber::{Continuity, Subscriber, SubscriberOptions, WatchError};
 use std::io::Read;
