@@ -39,58 +39,13 @@ type Watched = (View, Option<String>);
 
 /// Runs the demo. `Err` says why it failed, in one sentence.
 pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
-    let mut config = Config {
-        enable_kv_events: true,
-        bind_endpoint: args.endpoint.clone(),
-        backend_id: BACKEND_ID.into(),
-        model_name: MODEL_NAME.into(),
-        block_size: BLOCK_SIZE,
-        replay_endpoint: args.replay_endpoint.clone().unwrap_or_default(),
-        ..Config::default()
-    };
-    if let Some(send_hwm) = args.send_hwm {
-        config.send_hwm = send_hwm;
-    }
-    // Removed when the demo ends: the allow-list of the run, with the watcher's key in it.
-    let mut run_dir = None;
-    let watcher_keys = match &args.curve_secret_key {
-        None => None,
-        Some(secret) => {
-            let (client, allow) = curve_setup(secret, args.curve_allow.as_deref())?;
-            config.curve_secret_key_file = secret.display().to_string();
-            if let Some(allow) = allow {
-                config.curve_allow = allow.0.display().to_string();
-                run_dir = Some(allow);
-            }
-            Some(client)
-        }
-    };
+    // `_run_dir` is removed when the demo ends: the allow-list of the run, with the
+    // watcher's key in it.
+    let (config, watcher_keys, _run_dir) = configure(args)?;
     let publisher = Publisher::create(&config)
         .map_err(|e| format!("cannot start the publisher: {e} (pick another with --endpoint)"))?;
     let endpoint = connect_form(&args.endpoint);
-    say(&format!(
-        "kv-events demo: publishing on {} as backend_id \"{BACKEND_ID}\", model_name \
-         \"{MODEL_NAME}\", block_size {BLOCK_SIZE}\n\
-         To watch it from another terminal (start it, then run the demo again, or give the \
-         demo --wait 10):\n    {} tail {}{}\n",
-        args.endpoint,
-        program(),
-        shell_word(&endpoint),
-        match &args.curve_secret_key {
-            None => String::new(),
-            Some(secret) => format!(
-                " --curve-server-key {} --curve-secret-key YOURS.key\n\
-                 The stream is encrypted with CURVE{}.",
-                shell_word(&secret.with_extension("pub").display().to_string()),
-                if args.curve_allow.is_some() {
-                    "; YOURS.pub must be on --curve-allow"
-                } else {
-                    ""
-                }
-            ),
-        },
-    ));
-
+    say(&introduction(args, &endpoint));
     let subscriber = Subscriber::connect_with(&endpoint, RCVHWM, watcher_keys.as_ref())
         .map_err(|e| format!("the watcher cannot connect to {endpoint}: {e}"))?;
     let (to_watcher, orders) = mpsc::channel();
@@ -112,10 +67,9 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
     let started = Instant::now();
     let master = master::run(&publisher, args.objects, args.rate);
     let flushed = publisher.flush(FLUSH_TIMEOUT);
-    let published = publisher.stats().published_events;
     // If the watcher already stopped, it said why; the send failing adds nothing.
     let _ = to_watcher.send(Drain {
-        events: published,
+        events: publisher.stats().published_events,
         quiet: DRAIN_QUIET,
     });
     let (view, watcher_failure) = watcher
@@ -129,9 +83,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
         thread::sleep(args.linger);
     }
     publisher.shutdown();
-    drop(run_dir);
     let stats = publisher.stats();
-
     say(&summary(args, &master, &view, &stats, started));
     let mut problems = Vec::new();
     if !flushed {
@@ -142,15 +94,7 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
     }
     problems.extend(watcher_failure);
     problems.extend(verdict(&master, &view, &stats));
-    if let Some(path) = &args.dump_index {
-        match dump_index(path, &master, &stats) {
-            Ok(objects) => say(&format!(
-                "\nThe index a subscriber should end with ({objects} objects) is in {}.\n",
-                path.display()
-            )),
-            Err(e) => problems.push(format!("cannot write {}: {e}", path.display())),
-        }
-    }
+    problems.extend(dump_index_if_asked(args, &master, &stats));
     if problems.is_empty() {
         say(&format!(
             "\nOK: the watcher saw all {} published events, in order, with no gap.\n",
@@ -159,6 +103,74 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
         Ok(())
     } else {
         Err(problems.join("; "))
+    }
+}
+
+/// The publisher's config for `args`, the watcher's CURVE keys when the stream is encrypted,
+/// and the directory of the run's allow-list when there is one.
+fn configure(args: &DemoArgs) -> Result<(Config, Option<CurveClient>, Option<RunDir>), String> {
+    let mut config = Config {
+        enable_kv_events: true,
+        bind_endpoint: args.endpoint.clone(),
+        backend_id: BACKEND_ID.into(),
+        model_name: MODEL_NAME.into(),
+        block_size: BLOCK_SIZE,
+        replay_endpoint: args.replay_endpoint.clone().unwrap_or_default(),
+        ..Config::default()
+    };
+    if let Some(send_hwm) = args.send_hwm {
+        config.send_hwm = send_hwm;
+    }
+    let Some(secret) = &args.curve_secret_key else {
+        return Ok((config, None, None));
+    };
+    let (client, allow) = curve_setup(secret, args.curve_allow.as_deref())?;
+    config.curve_secret_key_file = secret.display().to_string();
+    if let Some(allow) = &allow {
+        config.curve_allow = allow.0.display().to_string();
+    }
+    Ok((config, Some(client), allow))
+}
+
+/// What the demo publishes, and how to watch it from another terminal.
+fn introduction(args: &DemoArgs, endpoint: &str) -> String {
+    let keys = match &args.curve_secret_key {
+        None => String::new(),
+        Some(secret) => format!(
+            " --curve-server-key {} --curve-secret-key YOURS.key\n\
+             The stream is encrypted with CURVE{}.",
+            shell_word(&secret.with_extension("pub").display().to_string()),
+            if args.curve_allow.is_some() {
+                "; YOURS.pub must be on --curve-allow"
+            } else {
+                ""
+            }
+        ),
+    };
+    format!(
+        "kv-events demo: publishing on {} as backend_id \"{BACKEND_ID}\", model_name \
+         \"{MODEL_NAME}\", block_size {BLOCK_SIZE}\n\
+         To watch it from another terminal (start it, then run the demo again, or give the \
+         demo --wait 10):\n    {} tail {}{keys}\n",
+        args.endpoint,
+        program(),
+        shell_word(endpoint),
+    )
+}
+
+/// Writes the index a subscriber should end with when `--dump-index` asks for it; the
+/// problem, if writing failed.
+fn dump_index_if_asked(args: &DemoArgs, master: &Master<'_>, stats: &Stats) -> Option<String> {
+    let path = args.dump_index.as_ref()?;
+    match dump_index(path, master, stats) {
+        Ok(objects) => {
+            say(&format!(
+                "\nThe index a subscriber should end with ({objects} objects) is in {}.\n",
+                path.display()
+            ));
+            None
+        }
+        Err(e) => Some(format!("cannot write {}: {e}", path.display())),
     }
 }
 
