@@ -51,8 +51,8 @@ rust::String utf8(const char* value, const char* flag) {
   }
 }
 
-bridge::BridgeConfig to_bridge(const kv_events_config& c) {
-  bridge::BridgeConfig b;
+bridge::Config to_bridge(const kv_events_config& c) {
+  bridge::Config b;
   b.enable_kv_events = c.enable_kv_events;
   b.bind_endpoint = utf8(c.bind_endpoint, "kv_events_bind_endpoint");
   b.backend_id = utf8(c.backend_id, "kv_events_backend_id");
@@ -81,7 +81,7 @@ bridge::BridgeConfig to_bridge(const kv_events_config& c) {
 rust::Box<bridge::RustPublisher> create_rust(const kv_events_config& config, int& status) {
   if (!config.enable_kv_events) return bridge::disabled_publisher();
   status = KV_EVENTS_ERR_INVALID_CONFIG;
-  const bridge::BridgeConfig bridge_config = to_bridge(config);
+  const bridge::Config bridge_config = to_bridge(config);
   bridge::validate_config(bridge_config);
   status = KV_EVENTS_ERR_BIND;
   return bridge::create_publisher(bridge_config);

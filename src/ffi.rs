@@ -1,6 +1,8 @@
 //! The way the library's C++ layer (`cpp/kv_events.cc`, which implements the exported C API of
 //! `include/mooncake/kv_events_c.h`) reaches the publisher: the `cxx` bridge declarations, then
-//! thin adapters that turn its plain types into the crate's own. Nothing here does the work.
+//! thin adapters from its plain types to the crate's own. `Config` crosses as it is: it is the
+//! shared struct of a bridge in its own module (`config/mod.rs`), which this bridge names. Nothing
+//! here does the work.
 //!
 //! Strings cross as bytes, never `rust::Str`, so keys that are not UTF-8 reach the wire
 //! unchanged and nothing throws. The calls' strings cross as pointer and length rather than
@@ -17,32 +19,6 @@ use std::time::Duration;
 #[allow(unreachable_pub)]
 #[cxx::bridge(namespace = "mooncake::kv_events::bridge")]
 mod bridge {
-    /// Section 4's config, field for field.
-    #[derive(Debug)]
-    struct BridgeConfig {
-        enable_kv_events: bool,
-        bind_endpoint: String,
-        backend_id: String,
-        model_name: String,
-        block_size: u32,
-        additional_salt: String,
-        lora_name: String,
-        dp_rank: u32,
-        emit_object_key: bool,
-        emit_legacy_compat: bool,
-        queue_capacity: u32,
-        curve_secret_key_file: String,
-        curve_allow: String,
-        null_allow_addresses: String,
-        ipc_mode: String,
-        handshake_timeout_ms: u32,
-        max_connections: u32,
-        max_connections_per_address: u32,
-        send_hwm: u32,
-        replay_endpoint: String,
-        replay_buffer_bytes: u64,
-    }
-
     /// `crate::Stats`, field for field.
     #[derive(Debug)]
     struct BridgeStats {
@@ -74,6 +50,11 @@ mod bridge {
     }
 
     unsafe extern "C++" {
+        include!("mooncake-kv-events/src/config/mod.rs.h");
+
+        /// `crate::Config`, the shared struct of the bridge in `config/mod.rs`.
+        type Config = crate::Config;
+
         include!("cpp/log_sink.h");
 
         /// The master's log sink (`cpp/log_sink.h`); thread-safe by the C API's contract.
@@ -105,10 +86,10 @@ mod bridge {
         fn set_log_sink(sink: UniquePtr<LogSink>);
 
         /// Refuses an invalid config; the message names the field (`std::invalid_argument`).
-        fn validate_config(config: &BridgeConfig) -> Result<()>;
+        fn validate_config(config: &Config) -> Result<()>;
         /// Creates a publisher from a valid config; fails when the endpoint cannot be bound
         /// (`std::runtime_error`).
-        fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>>;
+        fn create_publisher(config: &Config) -> Result<Box<RustPublisher>>;
         /// A publisher whose calls do nothing, for a disabled config.
         fn disabled_publisher() -> Box<RustPublisher>;
 
@@ -168,47 +149,19 @@ mod bridge {
     }
 }
 
-use bridge::{BridgeConfig, BridgeStats, LogSink, MasterObjectSource};
+use bridge::{BridgeStats, LogSink, MasterObjectSource};
 use cxx::UniquePtr;
 
 /// The publisher as C++ holds it.
 #[derive(Debug)]
 pub(crate) struct RustPublisher(Publisher);
 
-impl From<&BridgeConfig> for Config {
-    fn from(c: &BridgeConfig) -> Config {
-        Config {
-            enable_kv_events: c.enable_kv_events,
-            bind_endpoint: c.bind_endpoint.clone(),
-            backend_id: c.backend_id.clone(),
-            model_name: c.model_name.clone(),
-            block_size: c.block_size,
-            additional_salt: c.additional_salt.clone(),
-            lora_name: c.lora_name.clone(),
-            dp_rank: c.dp_rank,
-            emit_object_key: c.emit_object_key,
-            emit_legacy_compat: c.emit_legacy_compat,
-            queue_capacity: c.queue_capacity,
-            curve_secret_key_file: c.curve_secret_key_file.clone(),
-            curve_allow: c.curve_allow.clone(),
-            null_allow_addresses: c.null_allow_addresses.clone(),
-            ipc_mode: c.ipc_mode.clone(),
-            handshake_timeout_ms: c.handshake_timeout_ms,
-            max_connections: c.max_connections,
-            max_connections_per_address: c.max_connections_per_address,
-            send_hwm: c.send_hwm,
-            replay_endpoint: c.replay_endpoint.clone(),
-            replay_buffer_bytes: c.replay_buffer_bytes,
-        }
-    }
+fn validate_config(config: &Config) -> Result<(), CreateError> {
+    config.validate().map(|_| ())
 }
 
-fn validate_config(config: &BridgeConfig) -> Result<(), CreateError> {
-    Config::from(config).validate().map(|_| ())
-}
-
-fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>, CreateError> {
-    Publisher::create(&Config::from(config)).map(|p| Box::new(RustPublisher(p)))
+fn create_publisher(config: &Config) -> Result<Box<RustPublisher>, CreateError> {
+    Publisher::create(config).map(|p| Box::new(RustPublisher(p)))
 }
 
 fn disabled_publisher() -> Box<RustPublisher> {
