@@ -1,8 +1,8 @@
 fn main() {
     // Generates the C++ half of the bridges into $CARGO_TARGET_DIR/cxxbridge and compiles it
-    // into the static library: ffi.rs's, and the shared struct Config it names. The bridge
-    // includes cpp/log_sink.h and cpp/object_source.h relative to the crate root.
-    let bridges = ["src/ffi.rs", "src/config/mod.rs"];
+    // into the static library: ffi.rs's, and the shared structs Config and Stats it names. The
+    // bridge includes cpp/log_sink.h and cpp/object_source.h relative to the crate root.
+    let bridges = ["src/ffi.rs", "src/config/mod.rs", "src/stats.rs"];
     cxx_build::bridges(bridges)
         .include(env!("CARGO_MANIFEST_DIR"))
         .std("c++17")

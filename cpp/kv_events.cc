@@ -163,7 +163,7 @@ int kv_events_on_remove_all(kv_events_publisher* publisher, uint64_t scan, const
 int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* stats,
                         size_t stats_size) {
   if (publisher == nullptr || stats == nullptr) return KV_EVENTS_ERR_INVALID_ARGUMENT;
-  const bridge::BridgeStats s = publisher->rust->stats();
+  const bridge::Stats s = publisher->rust->stats();
   kv_events_stats out{};
   out.enabled = s.enabled;
   out.published_batches = s.published_batches;
