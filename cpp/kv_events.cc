@@ -197,14 +197,9 @@ int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* s
 char* kv_events_status_json(const kv_events_publisher* publisher) {
   if (publisher == nullptr) return nullptr;
   try {
-    const rust::String rust_json = publisher->rust->status_json();
-    // The Rust side writes one JSON object of the stats; announce the build variant in it.
-    const std::string_view body(rust_json.data(), rust_json.size());
-    if (body.size() < 2 || body.front() != '{') return malloc_copy(body);
-    const char* separator = body.size() > 2 ? "," : "";
-    const std::string json_with_build =
-        "{\"built_with_kv_events\":true" + (separator + std::string(body.substr(1)));
-    return malloc_copy(json_with_build);
+    // The Rust side writes the whole object, "built_with_kv_events":true first.
+    const rust::String json = publisher->rust->status_json();
+    return malloc_copy(std::string_view(json.data(), json.size()));
   } catch (...) {
     return nullptr;
   }

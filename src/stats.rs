@@ -9,6 +9,7 @@
 //! `KV_EVENTS_STATS_FIELDS` in include/mooncake/kv_events_c.h; tests/c_api.rs checks it against
 //! this one.
 
+use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -242,10 +243,24 @@ impl Counters {
     }
 }
 
+/// The status object: which build this is, then the stats.
+#[derive(Serialize)]
+struct Status<'a> {
+    built_with_kv_events: bool,
+    #[serde(flatten)]
+    stats: &'a Stats,
+}
+
 impl Stats {
-    /// The same values as one JSON object, for the master's `GET /kv_events/status`.
+    /// The same values as one JSON object, for the master's `GET /kv_events/status`, after
+    /// `"built_with_kv_events":true` (the stub of a master built without events, which has
+    /// no Rust behind it, writes false).
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).unwrap_or_default()
+        let status = Status {
+            built_with_kv_events: true,
+            stats: self,
+        };
+        serde_json::to_string(&status).unwrap_or_default()
     }
 
     /// The same values in the Prometheus text exposition format (version 0.0.4), every name
@@ -291,18 +306,22 @@ mod tests {
     }
 
     #[test]
-    fn json_carries_every_field_by_name() {
+    fn json_carries_the_build_then_every_field_by_name() {
         let stats = Stats {
             enabled: true,
             dropped_events: 3,
             queue_capacity: 64,
             ..Stats::default()
         };
-        let json: serde_json::Value = serde_json::from_str(&stats.to_json()).unwrap();
-        assert_eq!(json["enabled"], true);
+        let text = stats.to_json();
+        assert!(
+            text.starts_with(r#"{"built_with_kv_events":true,"enabled":true,"#),
+            "{text}"
+        );
+        let json: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(json["dropped_events"], 3);
         assert_eq!(json["queue_capacity"], 64);
-        assert_eq!(json.as_object().unwrap().len(), METRICS.len());
+        assert_eq!(json.as_object().unwrap().len(), 1 + METRICS.len());
     }
 
     #[test]
