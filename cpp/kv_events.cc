@@ -100,6 +100,19 @@ bridge::Config to_bridge(const kv_events_config& c) {
   return b;
 }
 
+// What `text` reads from the publisher's Rust side, as a string the caller frees with
+// kv_events_string_free; NULL for a NULL publisher or when memory ran out.
+template <typename Text>
+char* text_of(const kv_events_publisher* publisher, Text text) noexcept {
+  if (publisher == nullptr) return nullptr;
+  try {
+    const rust::String value = text(*publisher->rust);
+    return malloc_copy(std::string_view(value.data(), value.size()));
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 // The rust::Box of a created publisher, or the status code and message of why not.
 rust::Box<bridge::RustPublisher> create_rust(const kv_events_config& config, int& status) {
   if (!config.enable_kv_events) return bridge::disabled_publisher();
@@ -196,24 +209,12 @@ int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* s
 }
 
 char* kv_events_status_json(const kv_events_publisher* publisher) {
-  if (publisher == nullptr) return nullptr;
-  try {
-    // The Rust side writes the whole object, "built_with_kv_events":true first.
-    const rust::String json = publisher->rust->status_json();
-    return malloc_copy(std::string_view(json.data(), json.size()));
-  } catch (...) {
-    return nullptr;
-  }
+  // The Rust side writes the whole object, "built_with_kv_events":true first.
+  return text_of(publisher, [](const bridge::RustPublisher& rust) { return rust.status_json(); });
 }
 
 char* kv_events_metrics_text(const kv_events_publisher* publisher) {
-  if (publisher == nullptr) return nullptr;
-  try {
-    const rust::String text = publisher->rust->metrics_text();
-    return malloc_copy(std::string_view(text.data(), text.size()));
-  } catch (...) {
-    return nullptr;
-  }
+  return text_of(publisher, [](const bridge::RustPublisher& rust) { return rust.metrics_text(); });
 }
 
 int kv_events_flush(kv_events_publisher* publisher, uint64_t timeout_ms) {
