@@ -1,10 +1,15 @@
 fn main() {
-    // Generates the C++ half of the bridge into $CARGO_TARGET_DIR/cxxbridge and compiles it
-    // into the static library. The bridge includes cpp/log_sink.h relative to the crate root.
-    cxx_build::bridge("src/ffi.rs")
+    // Generates the C++ half of the bridges into $CARGO_TARGET_DIR/cxxbridge and compiles it
+    // into the static library: ffi.rs's, and the shared structs Config and Stats it names. The
+    // bridge includes cpp/log_sink.h and cpp/object_source.h relative to the crate root.
+    let bridges = ["src/ffi.rs", "src/config/mod.rs", "src/stats.rs"];
+    cxx_build::bridges(bridges)
         .include(env!("CARGO_MANIFEST_DIR"))
         .std("c++17")
         .compile("mooncake_kv_events_bridge");
-    println!("cargo:rerun-if-changed=src/ffi.rs");
+    for bridge in bridges {
+        println!("cargo:rerun-if-changed={bridge}");
+    }
     println!("cargo:rerun-if-changed=cpp/log_sink.h");
+    println!("cargo:rerun-if-changed=cpp/object_source.h");
 }

@@ -139,6 +139,8 @@ function(_kv_events_add_cargo_build)
     BYPRODUCTS
       "${include_dir}/rust/cxx.h"
       "${include_dir}/mooncake-kv-events/src/ffi.rs.h"
+      "${include_dir}/mooncake-kv-events/src/config/mod.rs.h"
+      "${include_dir}/mooncake-kv-events/src/stats.rs.h"
     COMMAND "${CMAKE_COMMAND}" -E env "CARGO_TARGET_DIR=${target_dir}"
             "${KV_EVENTS_CARGO}" build --release --locked -p mooncake-kv-events --lib
             --manifest-path "${root}/Cargo.toml"

@@ -14,17 +14,13 @@
 
 namespace mooncake::kv_events::detail {
 
+// The defaults of KV_EVENTS_CONFIG_FIELDS.
 inline kv_events_config default_config() noexcept {
   kv_events_config c{};
-  c.emit_object_key = true;
-  c.emit_legacy_compat = true;
-  c.queue_capacity = 65536;
-  c.ipc_mode = "0660";
-  c.handshake_timeout_ms = 3000;
-  c.max_connections = 512;
-  c.max_connections_per_address = 64;
-  c.send_hwm = 10000;
-  c.replay_buffer_bytes = 64ull << 20;
+#define KV_EVENTS_DEFAULT_(name, default_value) c.name = default_value;
+  KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_DEFAULT_, KV_EVENTS_DEFAULT_, KV_EVENTS_DEFAULT_,
+                          KV_EVENTS_DEFAULT_)
+#undef KV_EVENTS_DEFAULT_
   return c;
 }
 

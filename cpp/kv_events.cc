@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "c_api_common.h"
 #include "log_sink.h"
@@ -24,6 +25,43 @@
 namespace bridge = mooncake::kv_events::bridge;
 using mooncake::kv_events::detail::malloc_copy;
 using mooncake::kv_events::detail::readable;
+
+// The bridge's structs are the Rust Config and Stats; tests/c_api.rs checks that their fields
+// have the names and order of the C lists, and these that they have the lists' types, and no
+// more fields than the lists.
+namespace check {
+#define KV_EVENTS_TYPE_(type, name, default_value)                                   \
+  static_assert(std::is_same_v<decltype(bridge::Config::name), type>,               \
+                "bridge::Config::" #name " has not the type of KV_EVENTS_CONFIG_FIELDS");
+#define KV_EVENTS_BOOL_(name, default_value) KV_EVENTS_TYPE_(bool, name, default_value)
+#define KV_EVENTS_U32_(name, default_value) KV_EVENTS_TYPE_(uint32_t, name, default_value)
+#define KV_EVENTS_U64_(name, default_value) KV_EVENTS_TYPE_(uint64_t, name, default_value)
+#define KV_EVENTS_STRING_(name, default_value) KV_EVENTS_TYPE_(rust::String, name, default_value)
+KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_BOOL_, KV_EVENTS_U32_, KV_EVENTS_U64_, KV_EVENTS_STRING_)
+#undef KV_EVENTS_TYPE_
+#define KV_EVENTS_TYPE_(name, kind, help)                                                \
+  static_assert(std::is_same_v<decltype(bridge::Stats::name), KV_EVENTS_STAT_TYPE_##kind>, \
+                "bridge::Stats::" #name " has not the type of KV_EVENTS_STATS_FIELDS");
+KV_EVENTS_STATS_FIELDS(KV_EVENTS_TYPE_)
+#undef KV_EVENTS_TYPE_
+
+// The lists' fields with the bridge's types: as large as the bridge's structs unless those
+// have a field the lists lack.
+struct Config {
+#define KV_EVENTS_MEMBER_(name, default_value) rust::String name;
+  KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_MEMBER_BOOL_, KV_EVENTS_MEMBER_U32_, KV_EVENTS_MEMBER_U64_,
+                          KV_EVENTS_MEMBER_)
+#undef KV_EVENTS_MEMBER_
+};
+static_assert(sizeof(Config) == sizeof(bridge::Config),
+              "bridge::Config has a field KV_EVENTS_CONFIG_FIELDS lacks");
+static_assert(sizeof(kv_events_stats) == sizeof(bridge::Stats),
+              "bridge::Stats has a field KV_EVENTS_STATS_FIELDS lacks");
+#undef KV_EVENTS_BOOL_
+#undef KV_EVENTS_U32_
+#undef KV_EVENTS_U64_
+#undef KV_EVENTS_STRING_
+}  // namespace check
 
 struct kv_events_publisher {
   rust::Box<bridge::RustPublisher> rust;  // a disabled Rust publisher when disabled
@@ -51,37 +89,35 @@ rust::String utf8(const char* value, const char* flag) {
   }
 }
 
-bridge::BridgeConfig to_bridge(const kv_events_config& c) {
-  bridge::BridgeConfig b;
-  b.enable_kv_events = c.enable_kv_events;
-  b.bind_endpoint = utf8(c.bind_endpoint, "kv_events_bind_endpoint");
-  b.backend_id = utf8(c.backend_id, "kv_events_backend_id");
-  b.model_name = utf8(c.model_name, "kv_events_model_name");
-  b.block_size = c.block_size;
-  b.additional_salt = utf8(c.additional_salt, "kv_events_additional_salt");
-  b.lora_name = utf8(c.lora_name, "kv_events_lora_name");
-  b.dp_rank = c.dp_rank;
-  b.emit_object_key = c.emit_object_key;
-  b.emit_legacy_compat = c.emit_legacy_compat;
-  b.queue_capacity = c.queue_capacity;
-  b.curve_secret_key_file = utf8(c.curve_secret_key_file, "kv_events_curve_secret_key_file");
-  b.curve_allow = utf8(c.curve_allow, "kv_events_curve_allow");
-  b.null_allow_addresses = utf8(c.null_allow_addresses, "kv_events_null_allow_addresses");
-  b.ipc_mode = utf8(c.ipc_mode, "kv_events_ipc_mode");
-  b.handshake_timeout_ms = c.handshake_timeout_ms;
-  b.max_connections = c.max_connections;
-  b.max_connections_per_address = c.max_connections_per_address;
-  b.send_hwm = c.send_hwm;
-  b.replay_endpoint = utf8(c.replay_endpoint, "kv_events_replay_endpoint");
-  b.replay_buffer_bytes = c.replay_buffer_bytes;
+// The C config as the bridge's (the Rust Config), field by field from KV_EVENTS_CONFIG_FIELDS.
+bridge::Config to_bridge(const kv_events_config& c) {
+  bridge::Config b{};
+#define KV_EVENTS_VALUE_(name, default_value) b.name = c.name;
+#define KV_EVENTS_STRING_(name, default_value) b.name = utf8(c.name, "kv_events_" #name);
+  KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_VALUE_, KV_EVENTS_VALUE_, KV_EVENTS_VALUE_, KV_EVENTS_STRING_)
+#undef KV_EVENTS_VALUE_
+#undef KV_EVENTS_STRING_
   return b;
+}
+
+// What `text` reads from the publisher's Rust side, as a string the caller frees with
+// kv_events_string_free; NULL for a NULL publisher or when memory ran out.
+template <typename Text>
+char* text_of(const kv_events_publisher* publisher, Text text) noexcept {
+  if (publisher == nullptr) return nullptr;
+  try {
+    const rust::String value = text(*publisher->rust);
+    return malloc_copy(std::string_view(value.data(), value.size()));
+  } catch (...) {
+    return nullptr;
+  }
 }
 
 // The rust::Box of a created publisher, or the status code and message of why not.
 rust::Box<bridge::RustPublisher> create_rust(const kv_events_config& config, int& status) {
   if (!config.enable_kv_events) return bridge::disabled_publisher();
   status = KV_EVENTS_ERR_INVALID_CONFIG;
-  const bridge::BridgeConfig bridge_config = to_bridge(config);
+  const bridge::Config bridge_config = to_bridge(config);
   bridge::validate_config(bridge_config);
   status = KV_EVENTS_ERR_BIND;
   return bridge::create_publisher(bridge_config);
@@ -163,61 +199,22 @@ int kv_events_on_remove_all(kv_events_publisher* publisher, uint64_t scan, const
 int kv_events_get_stats(const kv_events_publisher* publisher, kv_events_stats* stats,
                         size_t stats_size) {
   if (publisher == nullptr || stats == nullptr) return KV_EVENTS_ERR_INVALID_ARGUMENT;
-  const bridge::BridgeStats s = publisher->rust->stats();
+  const bridge::Stats s = publisher->rust->stats();
   kv_events_stats out{};
-  out.enabled = s.enabled;
-  out.published_batches = s.published_batches;
-  out.published_events = s.published_events;
-  out.dropped_events = s.dropped_events;
-  out.skipped_keyless_events = s.skipped_keyless_events;
-  out.cleared_suppressed = s.cleared_suppressed;
-  out.send_failures = s.send_failures;
-  out.queue_depth = s.queue_depth;
-  out.queue_capacity = s.queue_capacity;
-  out.last_sequence = s.last_sequence;
-  out.refused_handshakes = s.refused_handshakes;
-  out.incarnation = s.incarnation;
-  out.connections = s.connections;
-  out.connections_refused = s.connections_refused;
-  out.handshake_timeouts = s.handshake_timeouts;
-  out.subscriptions_refused = s.subscriptions_refused;
-  out.replay_requests = s.replay_requests;
-  out.replayed_messages = s.replayed_messages;
-  out.bad_requests = s.bad_requests;
-  out.replays_abandoned = s.replays_abandoned;
-  out.replay_buffer_bytes = s.replay_buffer_bytes;
-  out.replay_oldest_sequence = s.replay_oldest_sequence;
-  out.snapshots_served = s.snapshots_served;
-  out.snapshots_abandoned = s.snapshots_abandoned;
-  out.snapshot_objects = s.snapshot_objects;
+#define KV_EVENTS_COPY_(name, kind, help) out.name = s.name;
+  KV_EVENTS_STATS_FIELDS(KV_EVENTS_COPY_)
+#undef KV_EVENTS_COPY_
   std::memcpy(stats, &out, std::min(stats_size, sizeof out));
   return KV_EVENTS_OK;
 }
 
 char* kv_events_status_json(const kv_events_publisher* publisher) {
-  if (publisher == nullptr) return nullptr;
-  try {
-    const rust::String rust_json = publisher->rust->status_json();
-    // The Rust side writes one JSON object of the stats; announce the build variant in it.
-    const std::string_view body(rust_json.data(), rust_json.size());
-    if (body.size() < 2 || body.front() != '{') return malloc_copy(body);
-    const char* separator = body.size() > 2 ? "," : "";
-    const std::string json_with_build =
-        "{\"built_with_kv_events\":true" + (separator + std::string(body.substr(1)));
-    return malloc_copy(json_with_build);
-  } catch (...) {
-    return nullptr;
-  }
+  // The Rust side writes the whole object, "built_with_kv_events":true first.
+  return text_of(publisher, [](const bridge::RustPublisher& rust) { return rust.status_json(); });
 }
 
 char* kv_events_metrics_text(const kv_events_publisher* publisher) {
-  if (publisher == nullptr) return nullptr;
-  try {
-    const rust::String text = publisher->rust->metrics_text();
-    return malloc_copy(std::string_view(text.data(), text.size()));
-  } catch (...) {
-    return nullptr;
-  }
+  return text_of(publisher, [](const bridge::RustPublisher& rust) { return rust.metrics_text(); });
 }
 
 int kv_events_flush(kv_events_publisher* publisher, uint64_t timeout_ms) {

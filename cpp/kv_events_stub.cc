@@ -28,87 +28,41 @@ struct kv_events_publisher {
 
 namespace {
 
-// What a disabled Rust publisher reports, as the ON build gives it; tests/c_api.rs checks
-// that these are exactly the real library's.
+// What a disabled Rust publisher reports, as the ON build gives it, but built_with_kv_events:
+// string literals the preprocessor puts together from KV_EVENTS_STATS_FIELDS, so the stub
+// needs no edit for a new counter. tests/c_api.rs compiles this file and checks that they are
+// exactly the real library's.
+
+// "enabled":false, then every other field at 0.
+#define KV_EVENTS_JSON_flag(name) ",\"" #name "\":false"
+#define KV_EVENTS_JSON_counter(name) ",\"" #name "\":0"
+#define KV_EVENTS_JSON_gauge(name) ",\"" #name "\":0"
+#define KV_EVENTS_JSON_info(name) ",\"" #name "\":0"
+#define KV_EVENTS_JSON_(name, kind, help) KV_EVENTS_JSON_##kind(name)
 constexpr char kStatusJson[] =
-    R"status({"built_with_kv_events":false,"enabled":false,"published_batches":0,"published_events":0,"dropped_events":0,"skipped_keyless_events":0,"cleared_suppressed":0,"send_failures":0,"queue_depth":0,"queue_capacity":0,"last_sequence":0,"refused_handshakes":0,"incarnation":0,"connections":0,"connections_refused":0,"handshake_timeouts":0,"subscriptions_refused":0,"replay_requests":0,"replayed_messages":0,"bad_requests":0,"replays_abandoned":0,"replay_buffer_bytes":0,"replay_oldest_sequence":0,"snapshots_served":0,"snapshots_abandoned":0,"snapshot_objects":0})status";
+    "{\"built_with_kv_events\":false" KV_EVENTS_STATS_FIELDS(KV_EVENTS_JSON_) "}";
+
+// One metric at 0: its help, its type, its sample.
+#define KV_EVENTS_METRIC_(metric, type, help) \
+  "# HELP " metric " " help "\n# TYPE " metric " " type "\n" metric " 0\n"
+#define KV_EVENTS_SAMPLE_flag(name, help) \
+  KV_EVENTS_METRIC_("mooncake_kv_events_" #name, "gauge", help)
+#define KV_EVENTS_SAMPLE_counter(name, help) \
+  KV_EVENTS_METRIC_("mooncake_kv_events_" #name "_total", "counter", help)
+#define KV_EVENTS_SAMPLE_gauge(name, help) \
+  KV_EVENTS_METRIC_("mooncake_kv_events_" #name, "gauge", help)
+#define KV_EVENTS_SAMPLE_info(name, help)
+#define KV_EVENTS_SAMPLE_(name, kind, help) KV_EVENTS_SAMPLE_##kind(name, help)
+// An id rides in a label, after every sample: NAME_info{NAME="0"} 1.
+#define KV_EVENTS_INFO_flag(name, help)
+#define KV_EVENTS_INFO_counter(name, help)
+#define KV_EVENTS_INFO_gauge(name, help)
+#define KV_EVENTS_INFO_info(name, help)                                                 \
+  "# HELP mooncake_kv_events_" #name "_info " help "\n# TYPE mooncake_kv_events_" #name \
+  "_info gauge\nmooncake_kv_events_" #name "_info{" #name "=\"0\"} 1\n"
+#define KV_EVENTS_INFO_(name, kind, help) KV_EVENTS_INFO_##kind(name, help)
 constexpr char kMetricsText[] =
-    R"metrics(# HELP mooncake_kv_events_enabled 1 when events are published, 0 when disabled.
-# TYPE mooncake_kv_events_enabled gauge
-mooncake_kv_events_enabled 0
-# HELP mooncake_kv_events_published_batches_total Messages handed to the PUB socket.
-# TYPE mooncake_kv_events_published_batches_total counter
-mooncake_kv_events_published_batches_total 0
-# HELP mooncake_kv_events_published_events_total Events in published messages.
-# TYPE mooncake_kv_events_published_events_total counter
-mooncake_kv_events_published_events_total 0
-# HELP mooncake_kv_events_dropped_events_total Events lost before encoding (full queue, shutdown, oversized); each is a sequence gap.
-# TYPE mooncake_kv_events_dropped_events_total counter
-mooncake_kv_events_dropped_events_total 0
-# HELP mooncake_kv_events_skipped_keyless_events_total stored/removed not emitted: empty key or emit_object_key=false.
-# TYPE mooncake_kv_events_skipped_keyless_events_total counter
-mooncake_kv_events_skipped_keyless_events_total 0
-# HELP mooncake_kv_events_cleared_suppressed_total RemoveAll results that emitted no cleared.
-# TYPE mooncake_kv_events_cleared_suppressed_total counter
-mooncake_kv_events_cleared_suppressed_total 0
-# HELP mooncake_kv_events_send_failures_total Messages the socket refused.
-# TYPE mooncake_kv_events_send_failures_total counter
-mooncake_kv_events_send_failures_total 0
-# HELP mooncake_kv_events_queue_depth Calls whose events wait in the queue.
-# TYPE mooncake_kv_events_queue_depth gauge
-mooncake_kv_events_queue_depth 0
-# HELP mooncake_kv_events_queue_capacity Calls the queue holds before dropping the oldest.
-# TYPE mooncake_kv_events_queue_capacity gauge
-mooncake_kv_events_queue_capacity 0
-# HELP mooncake_kv_events_last_sequence Last transport sequence taken: by a message, or by events dropped since.
-# TYPE mooncake_kv_events_last_sequence gauge
-mooncake_kv_events_last_sequence 0
-# HELP mooncake_kv_events_refused_handshakes_total Subscriber handshakes refused: not on an allow-list, wrong mechanism, wrong CURVE key.
-# TYPE mooncake_kv_events_refused_handshakes_total counter
-mooncake_kv_events_refused_handshakes_total 0
-# HELP mooncake_kv_events_connections Connections the publisher's sockets hold now.
-# TYPE mooncake_kv_events_connections gauge
-mooncake_kv_events_connections 0
-# HELP mooncake_kv_events_connections_refused_total Connections closed at once: over a connection bound, or no descriptor to spare.
-# TYPE mooncake_kv_events_connections_refused_total counter
-mooncake_kv_events_connections_refused_total 0
-# HELP mooncake_kv_events_handshake_timeouts_total Connections closed because their handshake did not finish in time.
-# TYPE mooncake_kv_events_handshake_timeouts_total counter
-mooncake_kv_events_handshake_timeouts_total 0
-# HELP mooncake_kv_events_subscriptions_refused_total Subscriptions to a topic that can never match; the peer is disconnected.
-# TYPE mooncake_kv_events_subscriptions_refused_total counter
-mooncake_kv_events_subscriptions_refused_total 0
-# HELP mooncake_kv_events_replay_requests_total Requests the replay socket answered.
-# TYPE mooncake_kv_events_replay_requests_total counter
-mooncake_kv_events_replay_requests_total 0
-# HELP mooncake_kv_events_replayed_messages_total Messages sent again by the replay socket.
-# TYPE mooncake_kv_events_replayed_messages_total counter
-mooncake_kv_events_replayed_messages_total 0
-# HELP mooncake_kv_events_bad_requests_total Replay socket requests that could not be read, each answered with an error.
-# TYPE mooncake_kv_events_bad_requests_total counter
-mooncake_kv_events_bad_requests_total 0
-# HELP mooncake_kv_events_replays_abandoned_total Replays given up because the requester stopped reading.
-# TYPE mooncake_kv_events_replays_abandoned_total counter
-mooncake_kv_events_replays_abandoned_total 0
-# HELP mooncake_kv_events_replay_buffer_bytes Bytes of payloads the replay buffer holds.
-# TYPE mooncake_kv_events_replay_buffer_bytes gauge
-mooncake_kv_events_replay_buffer_bytes 0
-# HELP mooncake_kv_events_replay_oldest_sequence Oldest sequence a replay can send; 0 when the buffer is empty.
-# TYPE mooncake_kv_events_replay_oldest_sequence gauge
-mooncake_kv_events_replay_oldest_sequence 0
-# HELP mooncake_kv_events_snapshots_served_total Snapshots sent whole on the replay socket.
-# TYPE mooncake_kv_events_snapshots_served_total counter
-mooncake_kv_events_snapshots_served_total 0
-# HELP mooncake_kv_events_snapshots_abandoned_total Snapshots given up because the requester stopped reading or the publisher stopped.
-# TYPE mooncake_kv_events_snapshots_abandoned_total counter
-mooncake_kv_events_snapshots_abandoned_total 0
-# HELP mooncake_kv_events_snapshot_objects_total Objects held by the snapshots sent whole.
-# TYPE mooncake_kv_events_snapshot_objects_total counter
-mooncake_kv_events_snapshot_objects_total 0
-# HELP mooncake_kv_events_incarnation_info The random id of this publisher's life, which changes at every restart or takeover, as the label incarnation.
-# TYPE mooncake_kv_events_incarnation_info gauge
-mooncake_kv_events_incarnation_info{incarnation="0"} 1
-)metrics";
+    KV_EVENTS_STATS_FIELDS(KV_EVENTS_SAMPLE_) KV_EVENTS_STATS_FIELDS(KV_EVENTS_INFO_);
 
 // The installed sink, guarded by sink_mutex; a NULL write is stderr.
 pthread_mutex_t sink_mutex = PTHREAD_MUTEX_INITIALIZER;

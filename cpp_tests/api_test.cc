@@ -74,6 +74,34 @@ TEST(Config, DefaultsAreTheMasterFlagDefaults) {
   EXPECT_EQ(c.queue_capacity, 65536u);
 }
 
+// The header's Config is expanded from the C API's list: kv_events_config_init's defaults and
+// the list's kinds, strings as std::string.
+TEST(Config, HasTheDefaultsAndKindsOfTheCApiList) {
+  const kv::Config config;
+  kv_events_config c;
+  kv_events_config_init(&c, sizeof c);
+#define KV_EVENTS_TEST_(type, name)                                   \
+  static_assert(std::is_same_v<decltype(kv::Config::name), type>); \
+  EXPECT_EQ(config.name, c.name) << #name;
+#define KV_EVENTS_TEST_BOOL_(name, default_value) KV_EVENTS_TEST_(bool, name)
+#define KV_EVENTS_TEST_U32_(name, default_value) KV_EVENTS_TEST_(uint32_t, name)
+#define KV_EVENTS_TEST_U64_(name, default_value) KV_EVENTS_TEST_(uint64_t, name)
+#define KV_EVENTS_TEST_STRING_(name, default_value)                     \
+  static_assert(std::is_same_v<decltype(kv::Config::name), std::string>); \
+  EXPECT_EQ(config.name, c.name == nullptr ? "" : c.name) << #name;
+  KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_TEST_BOOL_, KV_EVENTS_TEST_U32_, KV_EVENTS_TEST_U64_,
+                          KV_EVENTS_TEST_STRING_)
+}
+
+// The header's Stats has the C struct's members, of its types, at zero.
+TEST(Stats, HasTheMembersOfTheCApiListAtZero) {
+  const kv::Stats stats;
+#define KV_EVENTS_TEST_STAT_(name, kind, help)                                               \
+  static_assert(std::is_same_v<decltype(kv::Stats::name), decltype(kv_events_stats::name)>); \
+  EXPECT_EQ(stats.name, decltype(stats.name){}) << #name;
+  KV_EVENTS_STATS_FIELDS(KV_EVENTS_TEST_STAT_)
+}
+
 void expect_zero(const kv::Stats& s) {
   EXPECT_FALSE(s.enabled);
   EXPECT_EQ(s.published_batches, 0u);

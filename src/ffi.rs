@@ -1,6 +1,8 @@
 //! The way the library's C++ layer (`cpp/kv_events.cc`, which implements the exported C API of
 //! `include/mooncake/kv_events_c.h`) reaches the publisher: the `cxx` bridge declarations, then
-//! thin adapters that turn its plain types into the crate's own. Nothing here does the work.
+//! thin adapters from its plain types to the crate's own. `Config` and `Stats` cross as they
+//! are: each is the shared struct of a bridge in its own module (`config/mod.rs`, `stats.rs`),
+//! which this bridge names. Nothing here does the work.
 //!
 //! Strings cross as bytes, never `rust::Str`, so keys that are not UTF-8 reach the wire
 //! unchanged and nothing throws. The calls' strings cross as pointer and length rather than
@@ -9,71 +11,27 @@
 //! locks catch any panic here: a panic that reached C++ would abort the master.
 
 use crate::log::{self, Level};
-use crate::{Config, CreateError, MediumSet, ObjectSource, Objects, Publisher, RemoveAllScan};
+use crate::{
+    Config, CreateError, MediumSet, ObjectSource, Objects, Publisher, RemoveAllScan, Stats,
+};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-// The shared structs must be `pub` for the generated code, though nothing outside uses them.
+// cxx makes every name of the bridge `pub`, though nothing outside the crate uses them.
 #[allow(unreachable_pub)]
 #[cxx::bridge(namespace = "mooncake::kv_events::bridge")]
 mod bridge {
-    /// Section 4's config, field for field.
-    #[derive(Debug)]
-    struct BridgeConfig {
-        enable_kv_events: bool,
-        bind_endpoint: String,
-        backend_id: String,
-        model_name: String,
-        block_size: u32,
-        additional_salt: String,
-        lora_name: String,
-        dp_rank: u32,
-        emit_object_key: bool,
-        emit_legacy_compat: bool,
-        queue_capacity: u32,
-        curve_secret_key_file: String,
-        curve_allow: String,
-        null_allow_addresses: String,
-        ipc_mode: String,
-        handshake_timeout_ms: u32,
-        max_connections: u32,
-        max_connections_per_address: u32,
-        send_hwm: u32,
-        replay_endpoint: String,
-        replay_buffer_bytes: u64,
-    }
-
-    /// `crate::Stats`, field for field.
-    #[derive(Debug)]
-    struct BridgeStats {
-        enabled: bool,
-        published_batches: u64,
-        published_events: u64,
-        dropped_events: u64,
-        skipped_keyless_events: u64,
-        cleared_suppressed: u64,
-        send_failures: u64,
-        queue_depth: u64,
-        queue_capacity: u64,
-        last_sequence: u64,
-        refused_handshakes: u64,
-        incarnation: u64,
-        connections: u64,
-        connections_refused: u64,
-        handshake_timeouts: u64,
-        subscriptions_refused: u64,
-        replay_requests: u64,
-        replayed_messages: u64,
-        bad_requests: u64,
-        replays_abandoned: u64,
-        replay_buffer_bytes: u64,
-        replay_oldest_sequence: u64,
-        snapshots_served: u64,
-        snapshots_abandoned: u64,
-        snapshot_objects: u64,
-    }
-
     unsafe extern "C++" {
+        include!("mooncake-kv-events/src/config/mod.rs.h");
+
+        /// `crate::Config`, the shared struct of the bridge in `config/mod.rs`.
+        type Config = crate::Config;
+
+        include!("mooncake-kv-events/src/stats.rs.h");
+
+        /// `crate::Stats`, the shared struct of the bridge in `stats.rs`.
+        type Stats = crate::Stats;
+
         include!("cpp/log_sink.h");
 
         /// The master's log sink (`cpp/log_sink.h`); thread-safe by the C API's contract.
@@ -105,10 +63,10 @@ mod bridge {
         fn set_log_sink(sink: UniquePtr<LogSink>);
 
         /// Refuses an invalid config; the message names the field (`std::invalid_argument`).
-        fn validate_config(config: &BridgeConfig) -> Result<()>;
+        fn validate_config(config: &Config) -> Result<()>;
         /// Creates a publisher from a valid config; fails when the endpoint cannot be bound
         /// (`std::runtime_error`).
-        fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>>;
+        fn create_publisher(config: &Config) -> Result<Box<RustPublisher>>;
         /// A publisher whose calls do nothing, for a disabled config.
         fn disabled_publisher() -> Box<RustPublisher>;
 
@@ -142,7 +100,7 @@ mod bridge {
             objects_removed: u64,
             objects_skipped: u64,
         );
-        fn stats(self: &RustPublisher) -> BridgeStats;
+        fn stats(self: &RustPublisher) -> Stats;
         fn status_json(self: &RustPublisher) -> String;
         fn metrics_text(self: &RustPublisher) -> String;
         fn flush(self: &RustPublisher, timeout_ms: u64) -> bool;
@@ -168,47 +126,19 @@ mod bridge {
     }
 }
 
-use bridge::{BridgeConfig, BridgeStats, LogSink, MasterObjectSource};
+use bridge::{LogSink, MasterObjectSource};
 use cxx::UniquePtr;
 
 /// The publisher as C++ holds it.
 #[derive(Debug)]
 pub(crate) struct RustPublisher(Publisher);
 
-impl From<&BridgeConfig> for Config {
-    fn from(c: &BridgeConfig) -> Config {
-        Config {
-            enable_kv_events: c.enable_kv_events,
-            bind_endpoint: c.bind_endpoint.clone(),
-            backend_id: c.backend_id.clone(),
-            model_name: c.model_name.clone(),
-            block_size: c.block_size,
-            additional_salt: c.additional_salt.clone(),
-            lora_name: c.lora_name.clone(),
-            dp_rank: c.dp_rank,
-            emit_object_key: c.emit_object_key,
-            emit_legacy_compat: c.emit_legacy_compat,
-            queue_capacity: c.queue_capacity,
-            curve_secret_key_file: c.curve_secret_key_file.clone(),
-            curve_allow: c.curve_allow.clone(),
-            null_allow_addresses: c.null_allow_addresses.clone(),
-            ipc_mode: c.ipc_mode.clone(),
-            handshake_timeout_ms: c.handshake_timeout_ms,
-            max_connections: c.max_connections,
-            max_connections_per_address: c.max_connections_per_address,
-            send_hwm: c.send_hwm,
-            replay_endpoint: c.replay_endpoint.clone(),
-            replay_buffer_bytes: c.replay_buffer_bytes,
-        }
-    }
+fn validate_config(config: &Config) -> Result<(), CreateError> {
+    config.validate().map(|_| ())
 }
 
-fn validate_config(config: &BridgeConfig) -> Result<(), CreateError> {
-    Config::from(config).validate().map(|_| ())
-}
-
-fn create_publisher(config: &BridgeConfig) -> Result<Box<RustPublisher>, CreateError> {
-    Publisher::create(&Config::from(config)).map(|p| Box::new(RustPublisher(p)))
+fn create_publisher(config: &Config) -> Result<Box<RustPublisher>, CreateError> {
+    Publisher::create(config).map(|p| Box::new(RustPublisher(p)))
 }
 
 fn disabled_publisher() -> Box<RustPublisher> {
@@ -352,35 +282,8 @@ impl RustPublisher {
         });
     }
 
-    fn stats(&self) -> BridgeStats {
-        let s = self.0.stats();
-        BridgeStats {
-            enabled: s.enabled,
-            published_batches: s.published_batches,
-            published_events: s.published_events,
-            dropped_events: s.dropped_events,
-            skipped_keyless_events: s.skipped_keyless_events,
-            cleared_suppressed: s.cleared_suppressed,
-            send_failures: s.send_failures,
-            queue_depth: s.queue_depth,
-            queue_capacity: s.queue_capacity,
-            last_sequence: s.last_sequence,
-            refused_handshakes: s.refused_handshakes,
-            incarnation: s.incarnation,
-            connections: s.connections,
-            connections_refused: s.connections_refused,
-            handshake_timeouts: s.handshake_timeouts,
-            subscriptions_refused: s.subscriptions_refused,
-            replay_requests: s.replay_requests,
-            replayed_messages: s.replayed_messages,
-            bad_requests: s.bad_requests,
-            replays_abandoned: s.replays_abandoned,
-            replay_buffer_bytes: s.replay_buffer_bytes,
-            replay_oldest_sequence: s.replay_oldest_sequence,
-            snapshots_served: s.snapshots_served,
-            snapshots_abandoned: s.snapshots_abandoned,
-            snapshot_objects: s.snapshot_objects,
-        }
+    fn stats(&self) -> Stats {
+        self.0.stats()
     }
 
     fn status_json(&self) -> String {

@@ -1,7 +1,8 @@
 //! README.md and docs/ agree with what a user runs: every relative link resolves, every page
 //! is linked from the README and says who it is for, the options `kv-events` lists are the
-//! ones docs/cli.md documents, and the flag table, the gflags of docs/wiring.md, the C++
-//! header's `Config` and the status and metric tables of docs/operations.md match the code.
+//! ones docs/cli.md documents, and the flag table, the gflags of docs/wiring.md and the status
+//! and metric tables of docs/operations.md match the code (tests/c_api.rs checks the headers'
+//! lists of fields).
 //! Each side is read from its source (help output, `Config::default()`, `metrics_text()`),
 //! so a new page, option, flag or metric is checked without a change here.
 
@@ -339,50 +340,13 @@ fn the_wiring_page_defines_and_passes_on_every_flag_of_the_table() {
 }
 
 #[test]
-fn the_header_config_has_the_rust_fields_and_defaults() {
-    let header = page("include/mooncake/kv_events.h");
-    let body = header
-        .split_once("\nstruct Config {")
-        .expect("struct Config in the header")
-        .1
-        .split_once("\n};")
-        .unwrap()
-        .0;
-    let mut fields = BTreeMap::new();
-    for line in body.lines().map(str::trim) {
-        let Some(declaration) = line.strip_suffix(';').filter(|_| !line.starts_with("//")) else {
-            continue;
-        };
-        let (declared, initializer) = match declaration.split_once(" = ") {
-            Some((declared, value)) => (declared, Some(value.to_owned())),
-            None => (declaration, None),
-        };
-        let (kind, field) = declared.rsplit_once(' ').expect("a type and a name");
-        let default = initializer.or_else(|| (kind == "std::string").then(|| "\"\"".to_owned()));
-        fields.insert(field.to_owned(), default);
-    }
-    let rust = config_defaults();
-    assert_eq!(
-        fields.keys().collect::<Vec<_>>(),
-        rust.keys().collect::<Vec<_>>()
-    );
-    for (field, default) in fields {
-        if let Some(default) = default {
-            assert_eq!(default, rust[&field], "the header's default of {field}");
-        }
-    }
-}
-
-#[test]
 fn the_operations_page_lists_every_status_field_and_metric() {
     let operations = page("docs/operations.md");
     let publisher = Publisher::disabled();
 
     let status: serde_json::Value =
         serde_json::from_str(&publisher.status_json()).expect("JSON status");
-    let mut fields: BTreeSet<String> = status.as_object().unwrap().keys().cloned().collect();
-    // The C++ layer adds which build it is to the Rust side's status.
-    fields.insert("built_with_kv_events".into());
+    let fields: BTreeSet<String> = status.as_object().unwrap().keys().cloned().collect();
     let documented: BTreeSet<String> = table(&operations, "field")
         .into_iter()
         .map(|row| row[0].clone())

@@ -101,88 +101,42 @@ class MediumSet {
   uint8_t bits_ = 0;
 };
 
+namespace detail {
+// A string default of KV_EVENTS_CONFIG_FIELDS as the std::string's: NULL is "".
+constexpr const char* string_or_empty(const char* value) noexcept {
+  return value == nullptr ? "" : value;
+}
+}  // namespace detail
+
 // One publisher's fixed context, one field per master flag (`kv_events_<field>`, except
-// `enable_kv_events`). Empty strings and block_size 0 go on the wire as nil.
+// `enable_kv_events`): a member per line of KV_EVENTS_CONFIG_FIELDS in mooncake/kv_events_c.h,
+// which says what each does, with its default and of its kind (bool, uint32_t, uint64_t,
+// std::string):
+//   bool enable_kv_events = false; std::string bind_endpoint; std::string backend_id;
+//   std::string model_name; uint32_t block_size = 0; ...; std::string ipc_mode = "0660"; ...
+// Empty strings and block_size 0 go on the wire as nil.
 struct Config {
-  // false: a disabled publisher, every call a no-op.
-  bool enable_kv_events = false;
-  // Required when enabled: the endpoint the PUB socket binds, e.g. "tcp://*:5557" or
-  // "ipc:///run/kv.sock".
-  std::string bind_endpoint;
-  // Required when enabled: names this store in every event.
-  std::string backend_id;
-  std::string model_name;
-  // In tokens; 0 is nil.
-  uint32_t block_size = 0;
-  std::string additional_salt;
-  std::string lora_name;
-  // In every event and in every batch trailer.
-  uint32_t dp_rank = 0;
-  // false suppresses every `stored` and `removed` (counted in skipped_keyless_events);
-  // `cleared` still goes out.
-  bool emit_object_key = true;
-  // Adds the legacy fields `type`, `block_hashes` and `parent_block_hash`.
-  bool emit_legacy_compat = true;
-  // How many calls' events wait for the publishing thread before the oldest are dropped.
-  // 0 is refused.
-  uint32_t queue_capacity = 65536;
-  // Who may read the stream (README "Flags", docs/security.md). All empty: a plain PUB that
-  // anyone who reaches the port reads.
-  // The path of the publisher's secret key file as `kv-events keygen NAME` writes it
-  // (NAME.key): the socket speaks CURVE, and only subscribers with NAME.pub can read it.
-  std::string curve_secret_key_file;
-  // A subscriber's .pub file, or a directory of them: only those keys are admitted. Needs
-  // curve_secret_key_file.
-  std::string curve_allow;
-  // Comma-separated IP addresses that may connect (tcp:// endpoints); others are refused.
-  std::string null_allow_addresses;
-  // The octal mode of an ipc:// socket file; the default lets the owner and group connect.
-  std::string ipc_mode = "0660";
-  // Hostile peers (docs/security.md): a connection whose handshake has not finished after
-  // this many milliseconds is closed; 100 to 600000.
-  uint32_t handshake_timeout_ms = 3000;
-  // Connections held at once, in all and per peer address; one more is closed at once.
-  uint32_t max_connections = 512;
-  uint32_t max_connections_per_address = 64;
-  // Messages held for a subscriber that has not read them; past it, it loses messages.
-  uint32_t send_hwm = 10000;
-  // A ROUTER endpoint that answers info and replays recent messages; empty: off.
-  std::string replay_endpoint;
-  // Bytes of recently sent payloads kept for replay.
-  uint64_t replay_buffer_bytes = 67108864;
+#define KV_EVENTS_CPP_BOOL_(name, default_value) bool name = default_value;
+#define KV_EVENTS_CPP_U32_(name, default_value) uint32_t name = default_value;
+#define KV_EVENTS_CPP_U64_(name, default_value) uint64_t name = default_value;
+#define KV_EVENTS_CPP_STRING_(name, default_value) \
+  std::string name = detail::string_or_empty(default_value);
+  KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_CPP_BOOL_, KV_EVENTS_CPP_U32_, KV_EVENTS_CPP_U64_,
+                          KV_EVENTS_CPP_STRING_)
+#undef KV_EVENTS_CPP_BOOL_
+#undef KV_EVENTS_CPP_U32_
+#undef KV_EVENTS_CPP_U64_
+#undef KV_EVENTS_CPP_STRING_
 };
 
-// A snapshot of the publisher's counters; all zero and `enabled == false` when disabled.
-// Each counter is read on its own: a snapshot is a set of recent values, not one instant.
+// A snapshot of the publisher's counters: a member per line of KV_EVENTS_STATS_FIELDS in
+// mooncake/kv_events_c.h, which says what each counts, at zero (bool enabled = false;
+// uint64_t published_batches = 0; ...); all zero and `enabled == false` when disabled. Each
+// counter is read on its own: a snapshot is a set of recent values, not one instant.
 struct Stats {
-  bool enabled = false;               // whether events are published at all
-  uint64_t published_batches = 0;     // messages handed to the PUB socket
-  uint64_t published_events = 0;      // events in those messages
-  uint64_t dropped_events = 0;        // lost before encoding (full queue, after shutdown);
-                                      // each shows as a sequence gap
-  uint64_t skipped_keyless_events = 0;  // stored/removed suppressed: empty key or
-                                        // emit_object_key false
-  uint64_t cleared_suppressed = 0;    // RemoveAll results that emitted no `cleared`
-  uint64_t send_failures = 0;         // messages the socket refused (sequence still used)
-  uint64_t queue_depth = 0;           // calls whose events wait in the queue now
-  uint64_t queue_capacity = 0;        // calls the queue holds before dropping the oldest
-  uint64_t last_sequence = 0;         // last sequence taken: a message, or drops since it
-  uint64_t refused_handshakes = 0;    // subscriber handshakes refused (allow-lists, CURVE),
-                                      // one per attempt
-  uint64_t incarnation = 0;           // random id of this publisher's life; a restart shows a new one
-  uint64_t connections = 0;           // connections the sockets hold now
-  uint64_t connections_refused = 0;   // closed at once: over a bound, or no descriptor left
-  uint64_t handshake_timeouts = 0;    // closed: no handshake within handshake_timeout_ms
-  uint64_t subscriptions_refused = 0; // subscriptions to a topic but the empty one; peer cut
-  uint64_t replay_requests = 0;       // requests the replay socket answered
-  uint64_t replayed_messages = 0;     // messages the replay socket sent again
-  uint64_t bad_requests = 0;          // replay requests that could not be read
-  uint64_t replays_abandoned = 0;     // replays given up: the requester stopped reading
-  uint64_t replay_buffer_bytes = 0;   // bytes of payloads the replay buffer holds
-  uint64_t replay_oldest_sequence = 0; // oldest sequence a replay can send, 0 when none
-  uint64_t snapshots_served = 0;     // snapshots sent whole, each ended by snapshot-end
-  uint64_t snapshots_abandoned = 0;  // snapshots given up: requester gone or not reading
-  uint64_t snapshot_objects = 0;     // objects held by the snapshots sent whole
+#define KV_EVENTS_CPP_STAT_(name, kind, help) KV_EVENTS_STAT_TYPE_##kind name{};
+  KV_EVENTS_STATS_FIELDS(KV_EVENTS_CPP_STAT_)
+#undef KV_EVENTS_CPP_STAT_
 };
 
 // How much a log line matters.
@@ -357,31 +311,9 @@ class Publisher {
     kv_events_stats s{};
     kv_events_get_stats(handle_, &s, sizeof s);
     Stats stats;
-    stats.enabled = s.enabled;
-    stats.published_batches = s.published_batches;
-    stats.published_events = s.published_events;
-    stats.dropped_events = s.dropped_events;
-    stats.skipped_keyless_events = s.skipped_keyless_events;
-    stats.cleared_suppressed = s.cleared_suppressed;
-    stats.send_failures = s.send_failures;
-    stats.queue_depth = s.queue_depth;
-    stats.queue_capacity = s.queue_capacity;
-    stats.last_sequence = s.last_sequence;
-    stats.refused_handshakes = s.refused_handshakes;
-    stats.incarnation = s.incarnation;
-    stats.connections = s.connections;
-    stats.connections_refused = s.connections_refused;
-    stats.handshake_timeouts = s.handshake_timeouts;
-    stats.subscriptions_refused = s.subscriptions_refused;
-    stats.replay_requests = s.replay_requests;
-    stats.replayed_messages = s.replayed_messages;
-    stats.bad_requests = s.bad_requests;
-    stats.replays_abandoned = s.replays_abandoned;
-    stats.replay_buffer_bytes = s.replay_buffer_bytes;
-    stats.replay_oldest_sequence = s.replay_oldest_sequence;
-    stats.snapshots_served = s.snapshots_served;
-    stats.snapshots_abandoned = s.snapshots_abandoned;
-    stats.snapshot_objects = s.snapshot_objects;
+#define KV_EVENTS_CPP_COPY_(name, kind, help) stats.name = s.name;
+    KV_EVENTS_STATS_FIELDS(KV_EVENTS_CPP_COPY_)
+#undef KV_EVENTS_CPP_COPY_
     return stats;
   }
 
@@ -465,48 +397,25 @@ class Publisher {
 
 inline std::unique_ptr<Publisher> Publisher::create(const Config& config) {
   // The C config's strings are NUL-terminated: a NUL inside one would silently cut it short.
-  const std::pair<const std::string*, const char*> strings[] = {
-      {&config.bind_endpoint, "kv_events_bind_endpoint"},
-      {&config.backend_id, "kv_events_backend_id"},
-      {&config.model_name, "kv_events_model_name"},
-      {&config.additional_salt, "kv_events_additional_salt"},
-      {&config.lora_name, "kv_events_lora_name"},
-      {&config.curve_secret_key_file, "kv_events_curve_secret_key_file"},
-      {&config.curve_allow, "kv_events_curve_allow"},
-      {&config.null_allow_addresses, "kv_events_null_allow_addresses"},
-      {&config.ipc_mode, "kv_events_ipc_mode"},
-      {&config.replay_endpoint, "kv_events_replay_endpoint"},
-  };
   if (config.enable_kv_events) {
-    for (const auto& [value, flag] : strings) {
-      if (value->find('\0') != std::string::npos) {
-        throw std::invalid_argument(std::string(flag) + " contains a NUL byte");
-      }
-    }
+#define KV_EVENTS_CPP_NONE_(name, default_value)
+#define KV_EVENTS_CPP_NUL_(name, default_value)                                    \
+  if (config.name.find('\0') != std::string::npos) {                               \
+    throw std::invalid_argument("kv_events_" #name " contains a NUL byte");        \
+  }
+    KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_CPP_NONE_, KV_EVENTS_CPP_NONE_, KV_EVENTS_CPP_NONE_,
+                            KV_EVENTS_CPP_NUL_)
+#undef KV_EVENTS_CPP_NONE_
+#undef KV_EVENTS_CPP_NUL_
   }
   kv_events_config c;
   kv_events_config_init(&c, sizeof c);
-  c.enable_kv_events = config.enable_kv_events;
-  c.bind_endpoint = config.bind_endpoint.c_str();
-  c.backend_id = config.backend_id.c_str();
-  c.model_name = config.model_name.c_str();
-  c.block_size = config.block_size;
-  c.additional_salt = config.additional_salt.c_str();
-  c.lora_name = config.lora_name.c_str();
-  c.dp_rank = config.dp_rank;
-  c.emit_object_key = config.emit_object_key;
-  c.emit_legacy_compat = config.emit_legacy_compat;
-  c.queue_capacity = config.queue_capacity;
-  c.curve_secret_key_file = config.curve_secret_key_file.c_str();
-  c.curve_allow = config.curve_allow.c_str();
-  c.null_allow_addresses = config.null_allow_addresses.c_str();
-  c.ipc_mode = config.ipc_mode.c_str();
-  c.handshake_timeout_ms = config.handshake_timeout_ms;
-  c.max_connections = config.max_connections;
-  c.max_connections_per_address = config.max_connections_per_address;
-  c.send_hwm = config.send_hwm;
-  c.replay_endpoint = config.replay_endpoint.c_str();
-  c.replay_buffer_bytes = config.replay_buffer_bytes;
+#define KV_EVENTS_CPP_VALUE_(name, default_value) c.name = config.name;
+#define KV_EVENTS_CPP_STRING_(name, default_value) c.name = config.name.c_str();
+  KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_CPP_VALUE_, KV_EVENTS_CPP_VALUE_, KV_EVENTS_CPP_VALUE_,
+                          KV_EVENTS_CPP_STRING_)
+#undef KV_EVENTS_CPP_VALUE_
+#undef KV_EVENTS_CPP_STRING_
 
   kv_events_publisher* handle = nullptr;
   char error[4096] = "";

@@ -87,35 +87,83 @@ typedef enum kv_events_status {
 typedef struct kv_events_publisher kv_events_publisher;
 
 /* One publisher's fixed context, one field per master flag (kv_events_<field>, except
- * enable_kv_events). Fill it with kv_events_config_init, then set what differs. Strings are
- * NUL-terminated, NULL is ""; the library copies them, so they need to live only during
+ * enable_kv_events), in the order of the ABI: one line each, the kind (BOOL: bool, U32:
+ * uint32_t, U64: uint64_t, STRING: a NUL-terminated const char*, NULL is ""), the name and the
+ * default, after what it does. New fields go at the end only.
+ *
+ * This list is the one place a field is written on the C and C++ side: kv_events_config below,
+ * kv_events_config_init's defaults, the library's copy of a config into Rust (with the check
+ * that names a string that is not UTF-8 by its flag) and the C++ header's Config (std::string
+ * for STRING, the same defaults) are expanded from it. Invoke it with four macros
+ * KIND(name, default) to expand it yourself. The Rust `Config` has the same fields in the same
+ * order with the same defaults (tests/c_api.rs checks). */
+#define KV_EVENTS_CONFIG_FIELDS(BOOL, U32, U64, STRING)                                            \
+  /* false: a disabled publisher, every call a no-op */                                            \
+  BOOL(enable_kv_events, false)                                                                    \
+  /* required when enabled: the endpoint the PUB socket binds, e.g. "tcp://0.0.0.0:5557" or        \
+   * "ipc:///run/kv.sock" */                                                                       \
+  STRING(bind_endpoint, NULL)                                                                      \
+  /* required when enabled: names this store in every event */                                     \
+  STRING(backend_id, NULL)                                                                         \
+  /* "" is nil */                                                                                  \
+  STRING(model_name, NULL)                                                                         \
+  /* in tokens; 0 is nil */                                                                        \
+  U32(block_size, 0)                                                                               \
+  /* "" is nil */                                                                                  \
+  STRING(additional_salt, NULL)                                                                    \
+  /* "" is nil */                                                                                  \
+  STRING(lora_name, NULL)                                                                          \
+  /* in every event and in every batch trailer */                                                  \
+  U32(dp_rank, 0)                                                                                  \
+  /* false suppresses every stored and removed (counted in skipped_keyless_events); cleared        \
+   * still goes out */                                                                             \
+  BOOL(emit_object_key, true)                                                                      \
+  /* adds the legacy fields type, block_hashes and parent_block_hash */                            \
+  BOOL(emit_legacy_compat, true)                                                                   \
+  /* calls whose events wait for the publishing thread before the oldest are dropped; 0 is         \
+   * refused */                                                                                    \
+  U32(queue_capacity, 65536)                                                                       \
+  /* the path of the publisher's secret key file as `kv-events keygen NAME` writes it              \
+   * (NAME.key): the stream speaks CURVE, and only subscribers with NAME.pub can read it */        \
+  STRING(curve_secret_key_file, NULL)                                                              \
+  /* a subscriber's .pub file, or a directory of them: only those keys are admitted; needs         \
+   * curve_secret_key_file */                                                                      \
+  STRING(curve_allow, NULL)                                                                        \
+  /* comma-separated IP addresses that may connect (tcp:// endpoints); others are refused */       \
+  STRING(null_allow_addresses, NULL)                                                               \
+  /* the octal mode of an ipc:// socket file; the default lets the owner and group connect */      \
+  STRING(ipc_mode, "0660")                                                                         \
+  /* milliseconds a connection may take to finish its handshake before it is closed; 100 to        \
+   * 600000 */                                                                                     \
+  U32(handshake_timeout_ms, 3000)                                                                  \
+  /* connections held at once; one more is closed at once (at most half of `ulimit -n`) */         \
+  U32(max_connections, 512)                                                                        \
+  /* connections one peer address may hold at once */                                              \
+  U32(max_connections_per_address, 64)                                                             \
+  /* messages held for a subscriber that has not read them; past it, it loses messages */          \
+  U32(send_hwm, 10000)                                                                             \
+  /* a ROUTER endpoint that answers info and replays recent messages; "": off */                   \
+  STRING(replay_endpoint, NULL)                                                                    \
+  /* bytes of recently sent payloads kept for replay (64 MiB) */                                   \
+  U64(replay_buffer_bytes, 67108864)
+
+/* How the lists of this header declare a struct's members; internal to the header. */
+#define KV_EVENTS_MEMBER_BOOL_(name, default_value) bool name;
+#define KV_EVENTS_MEMBER_U32_(name, default_value) uint32_t name;
+#define KV_EVENTS_MEMBER_U64_(name, default_value) uint64_t name;
+#define KV_EVENTS_MEMBER_STRING_(name, default_value) const char* name;
+
+/* One publisher's fixed context: a member per line of KV_EVENTS_CONFIG_FIELDS, of its kind
+ * (bool enable_kv_events; const char* bind_endpoint; ...). Fill it with kv_events_config_init,
+ * then set what differs. The library copies the strings, so they need to live only during
  * kv_events_create. Empty strings and block_size 0 go on the wire as nil. */
 typedef struct kv_events_config {
-  bool enable_kv_events;         /* false (default): a disabled publisher, every call a no-op */
-  const char* bind_endpoint;     /* required when enabled, e.g. "tcp://0.0.0.0:5557" */
-  const char* backend_id;        /* required when enabled: names this store in every event */
-  const char* model_name;
-  uint32_t block_size;           /* in tokens; 0 is nil */
-  const char* additional_salt;
-  const char* lora_name;
-  uint32_t dp_rank;              /* in every event and in every batch trailer */
-  bool emit_object_key;          /* default true; false suppresses every stored/removed */
-  bool emit_legacy_compat;       /* default true; adds type, block_hashes, parent_block_hash */
-  uint32_t queue_capacity;       /* default 65536; calls queued before the oldest is dropped */
-  const char* curve_secret_key_file; /* the publisher's NAME.key: the stream speaks CURVE */
-  const char* curve_allow;       /* a subscriber's .pub file or a directory of them */
-  const char* null_allow_addresses; /* comma-separated IP addresses that may connect */
-  const char* ipc_mode;          /* default "0660": the octal mode of an ipc:// socket file */
-  uint32_t handshake_timeout_ms; /* default 3000: a connection not handshaken by then is closed */
-  uint32_t max_connections;      /* default 512: connections held at once; more are refused */
-  uint32_t max_connections_per_address; /* default 64: connections one peer address may hold */
-  uint32_t send_hwm;             /* default 10000: messages held for a subscriber not reading */
-  const char* replay_endpoint;   /* ROUTER endpoint for info and replay; "" (default): off */
-  uint64_t replay_buffer_bytes;  /* default 67108864: bytes of sent payloads kept for replay */
+  KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_MEMBER_BOOL_, KV_EVENTS_MEMBER_U32_, KV_EVENTS_MEMBER_U64_,
+                          KV_EVENTS_MEMBER_STRING_)
 } kv_events_config;
 
-/* Fills the first `config_size` bytes of *config with the defaults (those of the table above);
- * pass sizeof(kv_events_config). NULL does nothing. */
+/* Fills the first `config_size` bytes of *config with the defaults (those of
+ * KV_EVENTS_CONFIG_FIELDS); pass sizeof(kv_events_config). NULL does nothing. */
 MOONCAKE_KV_EVENTS_API void kv_events_config_init(kv_events_config* config, size_t config_size);
 
 /* Creates a publisher from the first `config_size` bytes of *config (sizeof(kv_events_config))
@@ -165,34 +213,72 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
                                                    uint64_t objects_removed,
                                                    uint64_t objects_skipped);
 
-/* The publisher's counters; all zero and enabled false when disabled. Each counter is read on
- * its own: a snapshot is a set of recent values, not one instant. */
+/* The publisher's counters, in the order of the ABI: one line each, the name, the kind and
+ * the help text of its metric. New fields go at the end only. The kind is one of
+ *   flag     a bool, the gauge mooncake_kv_events_<name> at 0 or 1;
+ *   counter  a uint64_t that only grows, the counter mooncake_kv_events_<name>_total;
+ *   gauge    a uint64_t level, the gauge mooncake_kv_events_<name>;
+ *   info     a uint64_t id, too wide for a sample: the label <name> of the gauge
+ *            mooncake_kv_events_<name>_info, always 1, after every other metric.
+ * KV_EVENTS_STAT_TYPE_<kind> is the member's type.
+ *
+ * This list is the one place a counter is written on the C and C++ side: kv_events_stats below,
+ * the library's copy of the Rust stats, the C++ header's Stats and the stub's status JSON and
+ * metrics (the same as a disabled Rust publisher's, at zero) are expanded from it. Invoke it
+ * with a macro X(name, kind, help) to expand it yourself. The Rust `Stats` has the same fields
+ * in the same order, and the same metrics (tests/c_api.rs checks). What each means and when to
+ * worry: docs/operations.md. */
+#define KV_EVENTS_STATS_FIELDS(X)                                                                \
+  X(enabled, flag, "1 when events are published, 0 when disabled.")                                \
+  X(published_batches, counter, "Messages handed to the PUB socket.")                              \
+  X(published_events, counter, "Events in published messages.")                                    \
+  X(dropped_events, counter,                                                                       \
+    "Events lost before encoding (full queue, shutdown, oversized); each is a sequence gap.")      \
+  X(skipped_keyless_events, counter,                                                               \
+    "stored/removed not emitted: empty key or emit_object_key=false.")                             \
+  X(cleared_suppressed, counter, "RemoveAll results that emitted no cleared.")                     \
+  X(send_failures, counter, "Messages the socket refused.")                                        \
+  X(queue_depth, gauge, "Calls whose events wait in the queue.")                                   \
+  X(queue_capacity, gauge, "Calls the queue holds before dropping the oldest.")                    \
+  X(last_sequence, gauge,                                                                          \
+    "Last transport sequence taken: by a message, or by events dropped since.")                    \
+  X(refused_handshakes, counter,                                                                   \
+    "Subscriber handshakes refused: not on an allow-list, wrong mechanism, wrong CURVE key.")      \
+  X(incarnation, info,                                                                             \
+    "The random id of this publisher's life, which changes at every restart or takeover, "         \
+    "as the label incarnation.")                                                                   \
+  X(connections, gauge, "Connections the publisher's sockets hold now.")                           \
+  X(connections_refused, counter,                                                                  \
+    "Connections closed at once: over a connection bound, or no descriptor to spare.")             \
+  X(handshake_timeouts, counter,                                                                   \
+    "Connections closed because their handshake did not finish in time.")                          \
+  X(subscriptions_refused, counter,                                                                \
+    "Subscriptions to a topic that can never match; the peer is disconnected.")                    \
+  X(replay_requests, counter, "Requests the replay socket answered.")                              \
+  X(replayed_messages, counter, "Messages sent again by the replay socket.")                       \
+  X(bad_requests, counter,                                                                         \
+    "Replay socket requests that could not be read, each answered with an error.")                 \
+  X(replays_abandoned, counter, "Replays given up because the requester stopped reading.")         \
+  X(replay_buffer_bytes, gauge, "Bytes of payloads the replay buffer holds.")                      \
+  X(replay_oldest_sequence, gauge,                                                                 \
+    "Oldest sequence a replay can send; 0 when the buffer is empty.")                              \
+  X(snapshots_served, counter, "Snapshots sent whole on the replay socket.")                       \
+  X(snapshots_abandoned, counter,                                                                  \
+    "Snapshots given up because the requester stopped reading or the publisher stopped.")          \
+  X(snapshot_objects, counter, "Objects held by the snapshots sent whole.")
+
+#define KV_EVENTS_STAT_TYPE_flag bool
+#define KV_EVENTS_STAT_TYPE_counter uint64_t
+#define KV_EVENTS_STAT_TYPE_gauge uint64_t
+#define KV_EVENTS_STAT_TYPE_info uint64_t
+
+#define KV_EVENTS_MEMBER_STAT_(name, kind, help) KV_EVENTS_STAT_TYPE_##kind name;
+
+/* The publisher's counters, a member per line of KV_EVENTS_STATS_FIELDS (bool enabled;
+ * uint64_t published_batches; ...); all zero and enabled false when disabled. Each counter is
+ * read on its own: a snapshot is a set of recent values, not one instant. */
 typedef struct kv_events_stats {
-  bool enabled;
-  uint64_t published_batches;      /* messages handed to the PUB socket */
-  uint64_t published_events;       /* events in those messages */
-  uint64_t dropped_events;         /* lost before encoding; each is a sequence gap */
-  uint64_t skipped_keyless_events; /* stored/removed suppressed: empty key, emit_object_key */
-  uint64_t cleared_suppressed;     /* RemoveAll results that emitted no cleared */
-  uint64_t send_failures;          /* messages the socket refused */
-  uint64_t queue_depth;            /* calls whose events wait in the queue now */
-  uint64_t queue_capacity;         /* calls the queue holds before dropping the oldest */
-  uint64_t last_sequence;          /* last sequence taken: a message, or drops since it */
-  uint64_t refused_handshakes;     /* subscriber handshakes refused: allow-list, CURVE */
-  uint64_t incarnation;             /* random id of this publisher's life; a restart shows a new one */
-  uint64_t connections;             /* connections the sockets hold now */
-  uint64_t connections_refused;     /* closed at once: over a bound, or no descriptor left */
-  uint64_t handshake_timeouts;      /* closed: no handshake within handshake_timeout_ms */
-  uint64_t subscriptions_refused;   /* subscriptions to a topic but the empty one; peer cut */
-  uint64_t replay_requests;         /* requests the replay socket answered */
-  uint64_t replayed_messages;       /* messages the replay socket sent again */
-  uint64_t bad_requests;            /* replay requests that could not be read */
-  uint64_t replays_abandoned;       /* replays given up: the requester stopped reading */
-  uint64_t replay_buffer_bytes;     /* bytes of payloads the replay buffer holds */
-  uint64_t replay_oldest_sequence;  /* oldest sequence a replay can send, 0 when none */
-  uint64_t snapshots_served;        /* snapshots sent whole, each ended by snapshot-end */
-  uint64_t snapshots_abandoned;     /* snapshots given up: requester gone or not reading */
-  uint64_t snapshot_objects;        /* objects held by the snapshots sent whole */
+  KV_EVENTS_STATS_FIELDS(KV_EVENTS_MEMBER_STAT_)
 } kv_events_stats;
 
 /* Writes the counters into the first `stats_size` bytes of *stats (sizeof(kv_events_stats)). */

@@ -9,86 +9,96 @@ use crate::error::CreateError;
 use access::Access;
 use std::fmt;
 
-/// Everything a publisher needs, one field per master flag (`kv_events_<field>`).
-///
-/// String fields that are empty and `block_size == 0` go on the wire as nil.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Config {
-    /// Master flag `enable_kv_events`, default false: false gives a publisher whose calls do
-    /// nothing and cost a branch.
-    pub enable_kv_events: bool,
-    /// `kv_events_bind_endpoint`, default empty, required when enabled: the ZeroMQ endpoint the
-    /// PUB socket binds, e.g. `tcp://*:5557` or `ipc:///run/kv.sock`.
-    pub bind_endpoint: String,
-    /// `kv_events_backend_id`, default empty, required when enabled: names this store in
-    /// every event.
-    pub backend_id: String,
-    /// `kv_events_model_name`, default empty (nil).
-    pub model_name: String,
-    /// `kv_events_block_size`, in tokens, default 0 (nil).
-    pub block_size: u32,
-    /// `kv_events_additional_salt`, default empty (nil).
-    pub additional_salt: String,
-    /// `kv_events_lora_name`, default empty (nil).
-    pub lora_name: String,
-    /// `kv_events_dp_rank`, default 0: in every event and in every batch trailer.
-    pub dp_rank: u32,
-    /// `kv_events_emit_object_key`, default true: false suppresses every `stored` and
-    /// `removed` (each counted in `skipped_keyless_events`); `cleared` still goes out.
-    pub emit_object_key: bool,
-    /// `kv_events_emit_legacy_compat`, default true: adds `type`, `block_hashes` and
-    /// `parent_block_hash` for older readers.
-    pub emit_legacy_compat: bool,
-    /// `kv_events_queue_capacity`, default 65536: how many calls' events wait for the
-    /// publishing thread before the oldest are dropped. Zero is refused.
-    pub queue_capacity: u32,
-    /// `kv_events_curve_secret_key_file`, default empty (no encryption): the path of the
-    /// publisher's secret key file, as `kv-events keygen NAME` writes it (`NAME.key`). When
-    /// set, the PUB socket is a CURVE server (ZeroMQ RFC 26): only subscribers that know its
-    /// public key (`NAME.pub`) can read the stream. A path rather than the key itself, so the
-    /// secret never shows in `ps`, shell history or a dump of the flags.
-    pub curve_secret_key_file: String,
-    /// `kv_events_curve_allow`, default empty (any subscriber with the server's public key):
-    /// a subscriber's `.pub` file, or a directory whose `*.pub` files are the subscribers
-    /// admitted; every other handshake is refused. Needs `curve_secret_key_file`. Read at
-    /// creation.
-    pub curve_allow: String,
-    /// `kv_events_null_allow_addresses`, default empty (any address): comma-separated IP
-    /// addresses that may connect, e.g. `10.0.0.5,10.0.0.6`; every other peer is refused.
-    /// For `tcp://` endpoints; with CURVE a peer must pass both checks.
-    pub null_allow_addresses: String,
-    /// `kv_events_ipc_mode`, default `"0660"` (owner and group): the octal mode of the socket
-    /// file of an `ipc://` endpoint, set before any peer can reach it. A local user needs
-    /// write permission on the file to connect. Ignored for other endpoints.
-    pub ipc_mode: String,
-    /// `kv_events_handshake_timeout_ms`, default 3000: how long a connection to the publisher's
-    /// sockets may take to finish its ZeroMQ handshake (greeting, CURVE, allow-lists) before
-    /// the publisher closes it, so that peers which connect and send nothing hold a descriptor
-    /// for seconds at most. Between 100 and 600000.
-    pub handshake_timeout_ms: u32,
-    /// `kv_events_max_connections`, default 512: connections the publisher's sockets hold at
-    /// once, handshaking or not; a connection beyond it is closed as soon as it is accepted and
-    /// counted in `connections_refused`. Never more than half the process's descriptor limit
-    /// (`ulimit -n`): a larger value is lowered at creation, with a warning, so that the
-    /// publisher alone cannot run the master out of descriptors.
-    pub max_connections: u32,
-    /// `kv_events_max_connections_per_address`, default 64: connections one peer IP address
-    /// may hold at once (tcp endpoints); beyond it, refused like `max_connections`.
-    pub max_connections_per_address: u32,
-    /// `kv_events_send_hwm`, default 10000: messages the PUB socket holds for one subscriber
-    /// that has not read them yet; past it that subscriber loses messages (it sees a gap).
-    /// Subscribers share the messages they have not read, so the memory at stake is the
-    /// slowest subscriber's backlog, at most this many messages of at most 64 events.
-    pub send_hwm: u32,
-    /// `kv_events_replay_endpoint`, default empty (off): the ZeroMQ endpoint of a ROUTER socket,
-    /// beside the PUB socket and under its access rules, that answers `info` (the last sequence,
-    /// the oldest replayable one, the incarnation) and replays recently sent messages, so a
-    /// subscriber can learn of a loss at the end of a burst and fill a gap.
-    pub replay_endpoint: String,
-    /// `kv_events_replay_buffer_bytes`, default 64 MiB: how many bytes of recently sent
-    /// payloads the replay socket keeps; the oldest go first. 0 keeps none (`info` only).
-    pub replay_buffer_bytes: u64,
+// The struct is the `cxx` bridge's own: the C++ layer (`cpp/kv_events.cc`) fills a
+// `mooncake::kv_events::bridge::Config` from the C API's `kv_events_config` and `src/ffi.rs` hands
+// it to `validate` and `Publisher::create` as it is, so no conversion is written. The C side's
+// list of the same fields is `KV_EVENTS_CONFIG_FIELDS` in include/mooncake/kv_events_c.h;
+// tests/c_api.rs checks that both have the same names, order and defaults.
+#[cxx::bridge(namespace = "mooncake::kv_events::bridge")]
+mod bridge {
+    /// Everything a publisher needs, one field per master flag (`kv_events_<field>`).
+    ///
+    /// String fields that are empty and `block_size == 0` go on the wire as nil.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct Config {
+        /// Master flag `enable_kv_events`, default false: false gives a publisher whose calls do
+        /// nothing and cost a branch.
+        pub enable_kv_events: bool,
+        /// `kv_events_bind_endpoint`, default empty, required when enabled: the ZeroMQ endpoint the
+        /// PUB socket binds, e.g. `tcp://*:5557` or `ipc:///run/kv.sock`.
+        pub bind_endpoint: String,
+        /// `kv_events_backend_id`, default empty, required when enabled: names this store in
+        /// every event.
+        pub backend_id: String,
+        /// `kv_events_model_name`, default empty (nil).
+        pub model_name: String,
+        /// `kv_events_block_size`, in tokens, default 0 (nil).
+        pub block_size: u32,
+        /// `kv_events_additional_salt`, default empty (nil).
+        pub additional_salt: String,
+        /// `kv_events_lora_name`, default empty (nil).
+        pub lora_name: String,
+        /// `kv_events_dp_rank`, default 0: in every event and in every batch trailer.
+        pub dp_rank: u32,
+        /// `kv_events_emit_object_key`, default true: false suppresses every `stored` and
+        /// `removed` (each counted in `skipped_keyless_events`); `cleared` still goes out.
+        pub emit_object_key: bool,
+        /// `kv_events_emit_legacy_compat`, default true: adds `type`, `block_hashes` and
+        /// `parent_block_hash` for older readers.
+        pub emit_legacy_compat: bool,
+        /// `kv_events_queue_capacity`, default 65536: how many calls' events wait for the
+        /// publishing thread before the oldest are dropped. Zero is refused.
+        pub queue_capacity: u32,
+        /// `kv_events_curve_secret_key_file`, default empty (no encryption): the path of the
+        /// publisher's secret key file, as `kv-events keygen NAME` writes it (`NAME.key`). When
+        /// set, the PUB socket is a CURVE server (ZeroMQ RFC 26): only subscribers that know its
+        /// public key (`NAME.pub`) can read the stream. A path rather than the key itself, so the
+        /// secret never shows in `ps`, shell history or a dump of the flags.
+        pub curve_secret_key_file: String,
+        /// `kv_events_curve_allow`, default empty (any subscriber with the server's public key):
+        /// a subscriber's `.pub` file, or a directory whose `*.pub` files are the subscribers
+        /// admitted; every other handshake is refused. Needs `curve_secret_key_file`. Read at
+        /// creation.
+        pub curve_allow: String,
+        /// `kv_events_null_allow_addresses`, default empty (any address): comma-separated IP
+        /// addresses that may connect, e.g. `10.0.0.5,10.0.0.6`; every other peer is refused.
+        /// For `tcp://` endpoints; with CURVE a peer must pass both checks.
+        pub null_allow_addresses: String,
+        /// `kv_events_ipc_mode`, default `"0660"` (owner and group): the octal mode of the socket
+        /// file of an `ipc://` endpoint, set before any peer can reach it. A local user needs
+        /// write permission on the file to connect. Ignored for other endpoints.
+        pub ipc_mode: String,
+        /// `kv_events_handshake_timeout_ms`, default 3000: how long a connection to the publisher's
+        /// sockets may take to finish its ZeroMQ handshake (greeting, CURVE, allow-lists) before
+        /// the publisher closes it, so that peers which connect and send nothing hold a descriptor
+        /// for seconds at most. Between 100 and 600000.
+        pub handshake_timeout_ms: u32,
+        /// `kv_events_max_connections`, default 512: connections the publisher's sockets hold at
+        /// once, handshaking or not; a connection beyond it is closed as soon as it is accepted and
+        /// counted in `connections_refused`. Never more than half the process's descriptor limit
+        /// (`ulimit -n`): a larger value is lowered at creation, with a warning, so that the
+        /// publisher alone cannot run the master out of descriptors.
+        pub max_connections: u32,
+        /// `kv_events_max_connections_per_address`, default 64: connections one peer IP address
+        /// may hold at once (tcp endpoints); beyond it, refused like `max_connections`.
+        pub max_connections_per_address: u32,
+        /// `kv_events_send_hwm`, default 10000: messages the PUB socket holds for one subscriber
+        /// that has not read them yet; past it that subscriber loses messages (it sees a gap).
+        /// Subscribers share the messages they have not read, so the memory at stake is the
+        /// slowest subscriber's backlog, at most this many messages of at most 64 events.
+        pub send_hwm: u32,
+        /// `kv_events_replay_endpoint`, default empty (off): the ZeroMQ endpoint of a ROUTER socket,
+        /// beside the PUB socket and under its access rules, that answers `info` (the last sequence,
+        /// the oldest replayable one, the incarnation) and replays recently sent messages, so a
+        /// subscriber can learn of a loss at the end of a burst and fill a gap.
+        pub replay_endpoint: String,
+        /// `kv_events_replay_buffer_bytes`, default 64 MiB: how many bytes of recently sent
+        /// payloads the replay socket keeps; the oldest go first. 0 keeps none (`info` only).
+        pub replay_buffer_bytes: u64,
+    }
 }
+
+pub use bridge::Config;
 
 impl Default for Config {
     fn default() -> Self {
@@ -202,38 +212,25 @@ impl Settings {
     }
 }
 
-/// The effective configuration in one line, for the log at start.
+/// The effective configuration in one line, for the log at start: every field as
+/// `name=value`, in order, strings quoted and escaped as `Debug` writes them. Read off the
+/// derived `Debug`, so a new field shows up without an edit here; nothing in `Config` is
+/// secret (keys are named by their files' paths), and nothing may become so.
 impl fmt::Display for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "bind_endpoint={:?} backend_id={:?} model_name={:?} block_size={} additional_salt={:?} \
-             lora_name={:?} dp_rank={} emit_object_key={} emit_legacy_compat={} queue_capacity={} \
-             curve_secret_key_file={:?} curve_allow={:?} null_allow_addresses={:?} ipc_mode={:?} \
-             handshake_timeout_ms={} max_connections={} max_connections_per_address={} \
-             send_hwm={} replay_endpoint={:?} replay_buffer_bytes={}",
-            self.bind_endpoint,
-            self.backend_id,
-            self.model_name,
-            self.block_size,
-            self.additional_salt,
-            self.lora_name,
-            self.dp_rank,
-            self.emit_object_key,
-            self.emit_legacy_compat,
-            self.queue_capacity,
-            // Paths and addresses only: the keys stay in their files.
-            self.curve_secret_key_file,
-            self.curve_allow,
-            self.null_allow_addresses,
-            self.ipc_mode,
-            self.handshake_timeout_ms,
-            self.max_connections,
-            self.max_connections_per_address,
-            self.send_hwm,
-            self.replay_endpoint,
-            self.replay_buffer_bytes,
-        )
+        // `{:#?}` puts each field on a line of its own, `    name: value,`; `Debug` escapes
+        // any newline inside a string, so a line is always one whole field.
+        let debug = format!("{self:#?}");
+        let fields = debug.lines().filter_map(|line| {
+            line.strip_prefix("    ")?
+                .strip_suffix(',')?
+                .split_once(": ")
+        });
+        for (i, (name, value)) in fields.enumerate() {
+            let separator = if i == 0 { "" } else { " " };
+            write!(f, "{separator}{name}={value}")?;
+        }
+        Ok(())
     }
 }
 
@@ -256,6 +253,38 @@ mod tests {
         assert!(!c.enable_kv_events && c.emit_object_key && c.emit_legacy_compat);
         assert_eq!((c.block_size, c.dp_rank, c.queue_capacity), (0, 0, 65536));
         assert!(c.bind_endpoint.is_empty() && c.backend_id.is_empty());
+    }
+
+    #[test]
+    fn the_log_line_shows_every_field_once_in_order() {
+        let config = Config {
+            backend_id: "a, b: \"c\"\nd".into(),
+            ..enabled()
+        };
+        let line = config.to_string();
+        assert!(
+            line.starts_with("enable_kv_events=true bind_endpoint=\"tcp://127.0.0.1:0\" "),
+            "{line}"
+        );
+        assert!(
+            line.contains(" backend_id=\"a, b: \\\"c\\\"\\nd\" model_name=\"\" "),
+            "{line}"
+        );
+        assert!(line.ends_with(" replay_buffer_bytes=67108864"), "{line}");
+        assert!(!line.contains('\n'), "{line}");
+        let debug = format!("{config:#?}");
+        let names: Vec<&str> = debug
+            .lines()
+            .filter_map(|l| Some(l.trim().split_once(": ")?.0))
+            .collect();
+        assert_eq!(names.len(), line.matches('=').count(), "{line}");
+        let mut rest = line.as_str();
+        for name in names {
+            let at = rest
+                .find(&format!("{name}="))
+                .unwrap_or_else(|| panic!("{name} missing or out of order: {line}"));
+            rest = &rest[at..];
+        }
     }
 
     #[test]
