@@ -116,11 +116,14 @@ char* text_of(const kv_events_publisher* publisher, Text text) noexcept {
 // The rust::Box of a created publisher, or the status code and message of why not.
 rust::Box<bridge::RustPublisher> create_rust(const kv_events_config& config, int& status) {
   if (!config.enable_kv_events) return bridge::disabled_publisher();
-  status = KV_EVENTS_ERR_INVALID_CONFIG;
   const bridge::Config bridge_config = to_bridge(config);
-  bridge::validate_config(bridge_config);
-  status = KV_EVENTS_ERR_BIND;
-  return bridge::create_publisher(bridge_config);
+  bool invalid_config = false;
+  try {
+    return bridge::create_publisher(bridge_config, invalid_config);
+  } catch (const rust::Error&) {
+    status = invalid_config ? KV_EVENTS_ERR_INVALID_CONFIG : KV_EVENTS_ERR_BIND;
+    throw;
+  }
 }
 
 }  // namespace
@@ -152,7 +155,7 @@ int kv_events_create(const kv_events_config* config, size_t config_size,
   } catch (const std::invalid_argument& e) {  // a config string that is not UTF-8
     report(error, error_size, e.what());
     return KV_EVENTS_ERR_INVALID_CONFIG;
-  } catch (const std::exception& e) {  // rust::Error of validate_config or create_publisher
+  } catch (const std::exception& e) {  // rust::Error of create_publisher
     report(error, error_size, e.what());
     return status;
   }

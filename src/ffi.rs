@@ -62,11 +62,13 @@ mod bridge {
         /// Sends every publisher's log lines to `sink`; a null sink restores the default.
         fn set_log_sink(sink: UniquePtr<LogSink>);
 
-        /// Refuses an invalid config; the message names the field (`std::invalid_argument`).
-        fn validate_config(config: &Config) -> Result<()>;
-        /// Creates a publisher from a valid config; fails when the endpoint cannot be bound
-        /// (`std::runtime_error`).
-        fn create_publisher(config: &Config) -> Result<Box<RustPublisher>>;
+        /// Validates `config` (reading its key files, once) and starts a publisher from it.
+        /// The error names what failed; `invalid_config` says whether it was the config
+        /// (a flag, a key file) rather than the start (an endpoint, a socket, a thread).
+        fn create_publisher(
+            config: &Config,
+            invalid_config: &mut bool,
+        ) -> Result<Box<RustPublisher>>;
         /// A publisher whose calls do nothing, for a disabled config.
         fn disabled_publisher() -> Box<RustPublisher>;
 
@@ -133,12 +135,12 @@ use cxx::UniquePtr;
 #[derive(Debug)]
 pub(crate) struct RustPublisher(Publisher);
 
-fn validate_config(config: &Config) -> Result<(), CreateError> {
-    config.validate().map(|_| ())
-}
-
-fn create_publisher(config: &Config) -> Result<Box<RustPublisher>, CreateError> {
-    Publisher::create(config).map(|p| Box::new(RustPublisher(p)))
+fn create_publisher(
+    config: &Config,
+    invalid_config: &mut bool,
+) -> Result<Box<RustPublisher>, CreateError> {
+    let settings = config.validate().inspect_err(|_| *invalid_config = true)?;
+    Publisher::start(settings).map(|p| Box::new(RustPublisher(p)))
 }
 
 fn disabled_publisher() -> Box<RustPublisher> {

@@ -105,6 +105,30 @@ fn an_admitted_subscriber_receives_the_plain_stream_byte_for_byte() {
     assert_eq!(without_timestamps(curve), without_timestamps(plain));
 }
 
+/// Validating reads the key files; starting uses what was read. A key rotated (or a file
+/// removed) between the two must not give a publisher whose keys were never checked.
+#[test]
+fn the_keys_validated_are_the_keys_the_publisher_uses() {
+    let dir = TempDir::new("security-read-once");
+    let (server, admitted) = keys(&dir.0);
+    let config = curve_config(&common::endpoint(), &dir.0);
+    let settings = config.validate().expect("valid key files");
+    // Between validation and start: the server's key file replaced by another key, and the
+    // allow-list emptied.
+    std::fs::remove_file(dir.0.join("server.key")).unwrap();
+    std::fs::remove_file(dir.0.join("server.pub")).unwrap();
+    common::keygen(&dir.0, "server");
+    std::fs::remove_dir_all(dir.0.join("allowed")).unwrap();
+    let publisher = Publisher::start(settings).expect("starts from what was validated");
+    let subscriber = raw_subscriber(&config.bind_endpoint, Some((&server.public, &admitted)));
+    let (sent, received) = delivered(&publisher, &subscriber);
+    assert!(sent > 0);
+    assert_eq!(
+        received, sent,
+        "the validated server key and allow-list are in use"
+    );
+}
+
 /// Runs the workload once `subscriber`'s subscription has had time to reach the publisher
 /// (setup, not an assertion): the events sent, and those `subscriber` received.
 fn delivered(publisher: &Publisher, subscriber: &zmq::Socket) -> (usize, usize) {

@@ -457,7 +457,7 @@ impl Subscriber {
     }
 
     /// [`Subscriber::recv`], with each event deserialized into `E` by `rmp-serde`
-    /// ([`Message::decode`]): [`Event`] for the contract's fields, or a type of the
+    /// ([`Message::decode`]): [`Event`](crate::wire::Event) for the contract's fields, or a type of the
     /// reader's. A message whose events do not all fit `E` is refused with
     /// [`WatchError::Malformed`], and the next message shows it as a gap.
     ///
