@@ -145,12 +145,13 @@ impl EventQueue {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::media::MediumSet;
     use std::sync::Arc;
 
-    fn object(key: &str, media: usize) -> Record {
+    /// A record of one object's call with `media` events (1: cpu; 2: cpu and disk).
+    pub(in crate::publisher) fn object(key: &str, media: usize) -> Record {
         let stored = MediumSet::from_bits(if media == 2 { 3 } else { 1 });
         Record::Object(
             ObjectEvents::new(

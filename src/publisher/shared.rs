@@ -87,37 +87,19 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pool::StringPool;
+    use super::super::queue::tests::object;
     use super::super::queue::EventQueue;
-    use super::super::record::ObjectEvents;
     use super::*;
-    use crate::media::Medium;
-    use crate::media::MediumSet;
     use std::sync::atomic::Ordering::Relaxed;
-
-    fn object(key: &str) -> Record {
-        let both = MediumSet::EMPTY.with(Medium::Cpu).with(Medium::Disk);
-        Record::Object(
-            ObjectEvents::new(
-                b"t",
-                key.as_bytes(),
-                b"",
-                MediumSet::EMPTY,
-                both,
-                StringPool::for_tests(),
-            )
-            .unwrap(),
-        )
-    }
 
     #[test]
     fn a_push_that_lands_after_shutdown_drained_the_queue_is_counted_as_dropped() {
         // The state a caller meets when it passed the closing check, then was descheduled
         // while shutdown joined the thread and drained: its push must not stay queued.
         let shared = Shared::new(EventQueue::new(4), true);
-        shared.push(object("before"));
+        shared.push(object("before", 2));
         shared.finish();
-        shared.push(object("late"));
+        shared.push(object("late", 2));
         assert_eq!(shared.queue.len(), 0);
         assert_eq!(shared.counters.dropped_events.load(Relaxed), 4);
     }
@@ -125,7 +107,7 @@ mod tests {
     #[test]
     fn while_running_a_push_stays_queued() {
         let shared = Shared::new(EventQueue::new(4), true);
-        shared.push(object("k"));
+        shared.push(object("k", 2));
         assert_eq!(shared.queue.len(), 1);
         assert_eq!(shared.counters.dropped_events.load(Relaxed), 0);
     }
