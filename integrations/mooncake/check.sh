@@ -170,10 +170,10 @@ kv_events="$check_dir/cargo/release/kv-events"
 live_check() { # live_check plain|curve: curve adds the security flags, an admitted and a refused tail
   local variant=$1 out="$check_dir/$1"
   rm -rf "$out" && mkdir -p "$out"
-  # From the workspace's root, so that its .cargo/config.toml links the system libzmq (built
+  # From the crate's directory, so that its .cargo/config.toml links the system libzmq (built
   # with CURVE) rather than the copy zmq-sys would compile without it.
   (cd "$kit_root" && CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
-    -p kv-events)
+    --bin kv-events)
   local endpoint security=() admitted=()
   endpoint="tcp://127.0.0.1:$(free_port)"
   if [ "$variant" = curve ]; then
