@@ -134,13 +134,11 @@ function(_kv_events_add_cargo_build)
 
   # CC, CXX and CFLAGS are left as they are: cc-rs reruns build scripts when they change, so
   # a target directory shared with a plain `cargo test` must see the same environment.
+  # The bridge headers are not declared as byproducts: Ninja deletes the outputs of a command
+  # it interrupts, and cargo, whose build script already ran, would not write them again (the
+  # next build would fail on a missing rust/cxx.h). The C++ objects' own depfiles track them.
   add_custom_command(
     OUTPUT "${archive}"
-    BYPRODUCTS
-      "${include_dir}/rust/cxx.h"
-      "${include_dir}/mooncake-kv-events/src/ffi.rs.h"
-      "${include_dir}/mooncake-kv-events/src/config/mod.rs.h"
-      "${include_dir}/mooncake-kv-events/src/stats.rs.h"
     COMMAND "${CMAKE_COMMAND}" -E env "CARGO_TARGET_DIR=${target_dir}"
             "${KV_EVENTS_CARGO}" build --release --locked -p mooncake-kv-events --lib
             --manifest-path "${root}/Cargo.toml"
