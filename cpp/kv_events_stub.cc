@@ -61,8 +61,20 @@ constexpr char kStatusJson[] =
   "# HELP mooncake_kv_events_" #name "_info " help "\n# TYPE mooncake_kv_events_" #name \
   "_info gauge\nmooncake_kv_events_" #name "_info{" #name "=\"0\"} 1\n"
 #define KV_EVENTS_INFO_(name, kind, help) KV_EVENTS_INFO_##kind(name, help)
+// Then the build: this library's version, and no libzmq (so no CURVE) behind it.
+#define KV_EVENTS_TEXT_(x) #x
+#define KV_EVENTS_NUMBER_(x) KV_EVENTS_TEXT_(x)
+#define KV_EVENTS_VERSION_TEXT_                        \
+  KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_MAJOR)  \
+  "." KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_MINOR) \
+  "." KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_PATCH)
+#define KV_EVENTS_BUILD_INFO_ "mooncake_kv_events_build_info"
 constexpr char kMetricsText[] =
-    KV_EVENTS_STATS_FIELDS(KV_EVENTS_SAMPLE_) KV_EVENTS_STATS_FIELDS(KV_EVENTS_INFO_);
+    KV_EVENTS_STATS_FIELDS(KV_EVENTS_SAMPLE_) KV_EVENTS_STATS_FIELDS(KV_EVENTS_INFO_)
+    "# HELP " KV_EVENTS_BUILD_INFO_
+    " The library's version, its libzmq's (empty in a build without events) and whether that "
+    "has CURVE, as labels.\n# TYPE " KV_EVENTS_BUILD_INFO_ " gauge\n" KV_EVENTS_BUILD_INFO_
+    "{version=\"" KV_EVENTS_VERSION_TEXT_ "\",libzmq=\"\",curve=\"false\"} 1\n";
 
 // The installed sink, guarded by sink_mutex; a NULL write is stderr.
 pthread_mutex_t sink_mutex = PTHREAD_MUTEX_INITIALIZER;

@@ -111,7 +111,17 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   EXPECT_EQ(values.at(p + "incarnation_info{incarnation=\"" +
                       std::to_string(stats.incarnation) + "\"}"),
             1u);
-  EXPECT_EQ(values.size(), 25u) << text;
+  EXPECT_EQ(values.at(p + "subscribers"), stats.subscribers);
+  // The build: a sample whose labels name the versions and CURVE.
+  const std::string build = p + "build_info{version=\"" +
+                            std::to_string(MOONCAKE_KV_EVENTS_VERSION_MAJOR) + "." +
+                            std::to_string(MOONCAKE_KV_EVENTS_VERSION_MINOR) + "." +
+                            std::to_string(MOONCAKE_KV_EVENTS_VERSION_PATCH) + "\",libzmq=\"";
+  const auto build_line = values.lower_bound(build);
+  ASSERT_NE(build_line, values.end()) << text;
+  EXPECT_EQ(build_line->first.rfind(build, 0), 0u) << text;
+  EXPECT_EQ(build_line->second, 1u);
+  EXPECT_EQ(values.size(), 29u) << text;
   EXPECT_NE(text.find("# TYPE mooncake_kv_events_dropped_events_total counter\n"),
             std::string::npos);
 }

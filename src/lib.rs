@@ -49,4 +49,4 @@ pub use log::{remove_log_sink, set_log_sink, Level};
 pub use media::{Medium, MediumSet, ReplicaKind};
 pub use publisher::{Publisher, RemoveAllScan};
 pub use recovery::{Abandoned, ObjectSource, Objects};
-pub use stats::Stats;
+pub use stats::{BuildInfo, Stats};

@@ -83,6 +83,14 @@ mod bridge {
         pub snapshots_abandoned: u64,
         /// Objects the snapshots sent whole held.
         pub snapshot_objects: u64,
+        /// Subscribers connected now: connections to the PUB socket whose handshake succeeded
+        /// and that have not closed since (the replay socket's are not counted).
+        pub subscribers: u64,
+        /// Connections to the PUB socket whose handshake succeeded, since creation.
+        pub subscriber_connects: u64,
+        /// Those connections closed since creation, by the subscriber, the network, or the
+        /// publisher (a refused subscription, shutdown).
+        pub subscriber_disconnects: u64,
     }
 }
 
@@ -219,6 +227,10 @@ stats_fields! {
     snapshots_abandoned, counter, peers,
         "Snapshots given up because the requester stopped reading or the publisher stopped.";
     snapshot_objects, counter, peers, "Objects held by the snapshots sent whole.";
+    subscribers, gauge, peers,
+        "Subscribers connected now: PUB connections whose handshake succeeded.";
+    subscriber_connects, counter, peers, "PUB connections whose handshake succeeded.";
+    subscriber_disconnects, counter, peers, "PUB connections closed after their handshake.";
 }
 
 impl Counters {
@@ -290,6 +302,67 @@ impl Stats {
     }
 }
 
+/// What this build of the library runs with: the metric `mooncake_kv_events_build_info`, and
+/// what `kv-events --version` says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuildInfo {
+    /// The library's version (its package's, which the C header's
+    /// `MOONCAKE_KV_EVENTS_VERSION_*` macros repeat).
+    pub version: &'static str,
+    /// The version of the libzmq the process runs with, `major.minor.patch`; empty in a build
+    /// without events, which has none.
+    pub libzmq: String,
+    /// Whether that libzmq has CURVE (libsodium or its own TweetNaCl); without it, a
+    /// publisher with a CURVE key cannot start.
+    pub curve: bool,
+}
+
+impl BuildInfo {
+    /// The help line of the metric, which the stub (`cpp/kv_events_stub.cc`) writes too.
+    const HELP: &'static str = "The library's version, its libzmq's (empty in a build without \
+                                events) and whether that has CURVE, as labels.";
+
+    /// This process's: the library's version, and the libzmq it loaded.
+    pub fn current() -> BuildInfo {
+        let (major, minor, patch) = zmq::version();
+        BuildInfo {
+            version: env!("CARGO_PKG_VERSION"),
+            libzmq: format!("{major}.{minor}.{patch}"),
+            curve: zmq::has("curve").unwrap_or(false),
+        }
+    }
+
+    /// The gauge `mooncake_kv_events_build_info`, always 1, its values as labels, in the
+    /// Prometheus text format: written after the stats' metrics.
+    pub fn to_prometheus(&self) -> String {
+        let name = "mooncake_kv_events_build_info";
+        format!(
+            "# HELP {name} {}\n# TYPE {name} gauge\n{name}{{version=\"{}\",libzmq=\"{}\",\
+             curve=\"{}\"}} 1\n",
+            Self::HELP,
+            self.version,
+            self.libzmq,
+            self.curve
+        )
+    }
+}
+
+impl std::fmt::Display for BuildInfo {
+    /// `0.1.0 (libzmq 4.3.4, CURVE available)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let curve = if self.curve {
+            "available"
+        } else {
+            "not available"
+        };
+        write!(
+            f,
+            "{} (libzmq {}, CURVE {curve})",
+            self.version, self.libzmq
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -347,5 +420,27 @@ mod tests {
             text.lines().filter(|l| l.starts_with("# HELP")).count(),
             METRICS.len()
         );
+    }
+
+    #[test]
+    fn build_info_is_one_sample_with_the_versions_as_labels() {
+        let info = BuildInfo {
+            version: "1.2.3",
+            libzmq: "4.3.4".into(),
+            curve: true,
+        };
+        let text = info.to_prometheus();
+        assert!(
+            text.starts_with("# HELP mooncake_kv_events_build_info "),
+            "{text}"
+        );
+        assert!(text.ends_with(
+            "\n# TYPE mooncake_kv_events_build_info gauge\nmooncake_kv_events_build_info\
+             {version=\"1.2.3\",libzmq=\"4.3.4\",curve=\"true\"} 1\n"
+        ));
+        assert_eq!(info.to_string(), "1.2.3 (libzmq 4.3.4, CURVE available)");
+        let current = BuildInfo::current();
+        assert_eq!(current.version, env!("CARGO_PKG_VERSION"));
+        assert!(current.libzmq.starts_with("4."), "{current:?}");
     }
 }

@@ -101,5 +101,5 @@ fn metrics_text_parses_as_prometheus_and_matches_status_json() {
          (python3-prometheus-client missing? run scripts/install-deps.sh)",
         output.status
     );
-    assert!(stdout.contains("25 metrics match status_json"), "{stdout}");
+    assert!(stdout.contains("28 metrics match status_json"), "{stdout}");
 }

@@ -72,7 +72,7 @@ macro_rules! completions_examples {
 #[derive(Debug, Parser)]
 #[command(
     name = "kv-events",
-    version,
+    version = version(),
     propagate_version = true,
     after_help = concat!(
         "Exit status:
@@ -197,7 +197,8 @@ pub(crate) struct TailArgs {
     /// Each line has the rate of the events that pass the filters, in all and per type;
     /// the gaps in that second (a restart or a late join counts as one) and the sequence
     /// numbers they missed; the last sequence seen. A last line covers the part of a
-    /// second before exit.
+    /// second before exit. With --replay-endpoint, the publisher's subscribers too:
+    /// connected now, and connected and disconnected in that second.
     #[arg(long, verbatim_doc_comment)]
     pub(crate) stats: bool,
     /// The publisher's public key file (its NAME.pub): read a CURVE stream
@@ -366,6 +367,13 @@ pub(crate) enum Show {
     All,
     /// The first N of each event type.
     FirstOfEachType(u64),
+}
+
+/// What `--version` says: the library's version, the libzmq the process runs with, and
+/// whether that has CURVE, as the metric `mooncake_kv_events_build_info` says them.
+fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| mooncake_kv_events::BuildInfo::current().to_string())
 }
 
 /// The command the process's arguments ask for. On `--help` or `--version` this prints

@@ -3,7 +3,7 @@
 
 use crate::args::{Show, TailArgs};
 use crate::view::{connect_form, Tally, View, RCVHWM};
-use mooncake_kv_events::subscriber::{Catchup, ReplayClient};
+use mooncake_kv_events::subscriber::{Catchup, Info, ReplayClient};
 use mooncake_kv_events::subscriber::{
     CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
 };
@@ -84,7 +84,10 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
             &mut err,
         )?;
         if let Some(stats) = &mut stats {
-            write_line(&mut out, stats.tick(Instant::now(), &view))?;
+            write_line(
+                &mut out,
+                stats.tick(Instant::now(), &view, catchup.as_mut()),
+            )?;
         }
         Ok(stop)
     };
@@ -142,7 +145,11 @@ fn watch(
     err: &mut impl Write,
 ) -> Result<Stop, Failure> {
     if stats.is_some() {
-        write_line(out, Some(StatsLines::HEADER.to_owned()))?;
+        let mut header = StatsLines::HEADER.to_owned();
+        if catchup.is_some() {
+            header += &readers_columns(["subscribers", "connects", "disconnects"]);
+        }
+        write_line(out, Some(header))?;
     }
     let endpoint = connect_form(&args.endpoint);
     let limit = args.count.unwrap_or(u64::MAX);
@@ -159,7 +166,7 @@ fn watch(
         let mut wait = POLL;
         if let Some(stats) = stats.as_mut() {
             if now >= stats.next_at {
-                write_line(out, stats.tick(now, view))?;
+                write_line(out, stats.tick(now, view, catchup.as_deref_mut()))?;
             }
             wait = wait.min(stats.next_at.saturating_duration_since(now));
         }
@@ -320,6 +327,8 @@ struct StatsLines {
     before: Tally,
     /// When the next line is due.
     next_at: Instant,
+    /// The publisher's last `info`, with `--replay-endpoint`.
+    readers: Option<Info>,
 }
 
 impl StatsLines {
@@ -333,12 +342,14 @@ impl StatsLines {
             since: now,
             before: Tally::default(),
             next_at: now + STATS_EVERY,
+            readers: None,
         }
     }
 
     /// The line for the interval that ends `now`, and the next one scheduled; `None` when
-    /// the interval is too short to give a rate.
-    fn tick(&mut self, now: Instant, view: &View) -> Option<String> {
+    /// the interval is too short to give a rate. With `catchup`, the line ends with the
+    /// publisher's readers, which its `info` says.
+    fn tick(&mut self, now: Instant, view: &View, catchup: Option<&mut Catchup>) -> Option<String> {
         // A late tick (a long write, a slow machine) starts the next interval now rather
         // than printing a burst of lines to catch up.
         self.next_at = (self.next_at + STATS_EVERY).max(now + STATS_EVERY / 2);
@@ -351,8 +362,39 @@ impl StatsLines {
         );
         self.since = now;
         self.before = view.tally.clone();
-        line
+        let Some(catchup) = catchup.filter(|_| line.is_some()) else {
+            return line;
+        };
+        let readers = catchup.info().ok();
+        let columns = readers_line(self.readers.as_ref(), readers.as_ref());
+        if readers.is_some() {
+            self.readers = readers;
+        }
+        line.map(|line| line + &columns)
     }
+}
+
+/// The readers' columns after a `--stats` line: the subscribers connected to the publisher
+/// now, and those that connected and disconnected since `before` (since the publisher started,
+/// on the first line); `-` when the publisher did not answer.
+fn readers_line(before: Option<&Info>, after: Option<&Info>) -> String {
+    let Some(after) = after else {
+        return readers_columns(["-", "-", "-"]);
+    };
+    let since = |count: fn(&Info) -> u64| {
+        let base = before.map_or(0, count);
+        count(after).saturating_sub(base).to_string()
+    };
+    readers_columns([
+        after.subscribers.to_string().as_str(),
+        &since(|i| i.subscriber_connects),
+        &since(|i| i.subscriber_disconnects),
+    ])
+}
+
+/// Three readers' columns, each ending where its title does.
+fn readers_columns([now, connects, disconnects]: [&str; 3]) -> String {
+    format!(" {now:>12} {connects:>9} {disconnects:>12}")
 }
 
 /// One `--stats` line: `elapsed` since the start, then the rates over the `interval` in
@@ -486,6 +528,32 @@ mod tests {
         assert!(pending.contains("got no answer"), "{pending}");
         let not_zmq = never_reached("tcp://h:1", Reach::NoHandshake, idle);
         assert!(not_zmq.contains("no ZeroMQ handshake"), "{not_zmq}");
+    }
+
+    #[test]
+    fn the_readers_columns_give_the_subscribers_and_their_comings_and_goings() {
+        let before = Info {
+            subscribers: 3,
+            subscriber_connects: 5,
+            subscriber_disconnects: 2,
+            ..Info::default()
+        };
+        let after = Info {
+            subscribers: 4,
+            subscriber_connects: 7,
+            subscriber_disconnects: 3,
+            ..Info::default()
+        };
+        let words = |s: String| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+        assert_eq!(
+            words(readers_line(Some(&before), Some(&after))),
+            ["4", "2", "1"]
+        );
+        assert_eq!(words(readers_line(None, Some(&after))), ["4", "7", "3"]);
+        assert_eq!(words(readers_line(Some(&before), None)), ["-", "-", "-"]);
+        let header = readers_columns(["subscribers", "connects", "disconnects"]);
+        let line = readers_line(Some(&before), Some(&after));
+        assert_eq!(header.len(), line.len(), "\n{header}\n{line}");
     }
 
     #[test]

@@ -436,6 +436,61 @@ fn tail_stats_prints_rate_lines_instead_of_events() {
     );
 }
 
+#[test]
+fn tail_stats_with_the_replay_socket_shows_the_publishers_subscribers() {
+    let (endpoint, replay) = (Endpoint::new(), Endpoint::new());
+    let publisher = Publisher::create(&Config {
+        enable_kv_events: true,
+        bind_endpoint: endpoint.to_string(),
+        replay_endpoint: replay.to_string(),
+        backend_id: "cli-store".into(),
+        ..Config::default()
+    })
+    .expect("the publisher binds");
+    let tail = Tail::start(
+        &endpoint,
+        &[
+            "--stats",
+            "--replay-endpoint",
+            &replay,
+            "--idle-timeout",
+            "2",
+        ],
+    );
+    // The tail itself is the one subscriber, once its handshake is done.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while publisher.stats().subscribers == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    publisher.on_put_commit("", "key-1", "", BOTH);
+    assert!(publisher.flush(Duration::from_secs(10)), "flush");
+
+    let (output, stderr) = tail.finish();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    assert_eq!(
+        header[header.len() - 3..],
+        ["subscribers", "connects", "disconnects"],
+        "{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    assert!(!rows.is_empty(), "{stdout}");
+    for row in &rows {
+        assert_eq!(row.len(), header.len(), "{stdout}");
+        assert_eq!(row[row.len() - 1], "0", "nobody left: {stdout}");
+    }
+    // The tail is connected while it asks.
+    assert_eq!(rows.last().unwrap()[header.len() - 3], "1", "{stdout}");
+    // Its own connect, counted once over the lines.
+    let connects: u64 = rows
+        .iter()
+        .map(|r| r[r.len() - 2].parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(connects, 1, "{stdout}");
+}
+
 /// A tail of `endpoint` with `--idle-timeout 0.5`, run to its end: its status and stderr.
 fn idle_tail(endpoint: &str) -> (Output, String) {
     let output = kv_events()
@@ -651,15 +706,22 @@ fn each_command_has_its_options_and_examples_in_its_help() {
 }
 
 #[test]
-fn version_prints_the_package_version() {
+fn version_prints_the_package_version_and_its_libzmq() {
     let output = kv_events()
         .arg("--version")
         .output()
         .expect("kv-events runs");
     assert!(output.status.success());
-    assert_eq!(
-        text(&output.stdout),
-        concat!("kv-events ", env!("CARGO_PKG_VERSION"), "\n")
+    let info = mooncake_kv_events::BuildInfo::current();
+    assert_eq!(text(&output.stdout), format!("kv-events {info}\n"));
+    assert!(
+        text(&output.stdout).starts_with(concat!(
+            "kv-events ",
+            env!("CARGO_PKG_VERSION"),
+            " (libzmq "
+        )),
+        "{}",
+        text(&output.stdout)
     );
 }
 

@@ -265,7 +265,10 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(snapshots_served, counter, "Snapshots sent whole on the replay socket.")                       \
   X(snapshots_abandoned, counter,                                                                  \
     "Snapshots given up because the requester stopped reading or the publisher stopped.")          \
-  X(snapshot_objects, counter, "Objects held by the snapshots sent whole.")
+  X(snapshot_objects, counter, "Objects held by the snapshots sent whole.")                        \
+  X(subscribers, gauge, "Subscribers connected now: PUB connections whose handshake succeeded.")   \
+  X(subscriber_connects, counter, "PUB connections whose handshake succeeded.")                    \
+  X(subscriber_disconnects, counter, "PUB connections closed after their handshake.")
 
 #define KV_EVENTS_STAT_TYPE_flag bool
 #define KV_EVENTS_STAT_TYPE_counter uint64_t

@@ -21,7 +21,7 @@ use crate::log::{log, Level};
 use crate::media::MediumSet;
 use crate::recovery::replay::{self, Identity, Ring, Server, Snapshots, SourceSlot};
 use crate::recovery::snapshot::{self, ObjectSource};
-use crate::stats::{Counters, Stats};
+use crate::stats::{BuildInfo, Counters, Stats};
 use crate::transport::{Guard, Sockets};
 use crate::wire::encode::Encoder;
 use queue::{EventQueue, Record};
@@ -323,9 +323,10 @@ impl Publisher {
         self.stats().to_json()
     }
 
-    /// [`Publisher::stats`] in the Prometheus text format, for the master's `/metrics`.
+    /// [`Publisher::stats`] in the Prometheus text format, for the master's `/metrics`, then
+    /// [`BuildInfo::current`]'s metric.
     pub fn metrics_text(&self) -> String {
-        self.stats().to_prometheus()
+        self.stats().to_prometheus() + &BuildInfo::current().to_prometheus()
     }
 
     /// Waits until everything queued before the call is handed to the socket: true if so

@@ -15,7 +15,9 @@
 //!   `dp_rank`, `last_sequence` (the last sequence taken, by a message or by events dropped
 //!   since; 0 before any),
 //!   `oldest_sequence` (the oldest a replay can send, 0 when none) and `snapshots` (whether
-//!   the master registered an object source).
+//!   the master registered an object source), and the PUB socket's readers: `subscribers`
+//!   (connected now), `subscriber_connects` and `subscriber_disconnects` (since creation),
+//!   as the stats count them.
 //! - anything else: `["", "error", text]`, counted in `bad_requests`.
 //!
 //! The thread `kv-events-replay` owns the socket; the publishing thread only appends what it
@@ -358,11 +360,21 @@ impl Serving {
     fn info(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(128);
         let id = &self.identity;
-        let fields: [(&str, u64); 4] = [
+        let peers = &self.counters;
+        let fields: [(&str, u64); 7] = [
             ("incarnation", id.incarnation),
             ("dp_rank", u64::from(id.dp_rank)),
             ("last_sequence", self.ring.last_taken()),
             ("oldest_sequence", self.ring.oldest()),
+            ("subscribers", peers.subscribers.load(Relaxed)),
+            (
+                "subscriber_connects",
+                peers.subscriber_connects.load(Relaxed),
+            ),
+            (
+                "subscriber_disconnects",
+                peers.subscriber_disconnects.load(Relaxed),
+            ),
         ];
         // Writing to a Vec cannot fail.
         let _ = rmp::encode::write_map_len(&mut out, fields.len() as u32 + 2);

@@ -27,6 +27,13 @@ pub struct Info {
     pub oldest_sequence: u64,
     /// Whether it serves snapshots.
     pub snapshots: bool,
+    /// Subscribers connected to its PUB socket now (handshake done); 0 from a publisher
+    /// that does not say.
+    pub subscribers: u64,
+    /// Subscribers that connected since it started.
+    pub subscriber_connects: u64,
+    /// Subscribers that disconnected since it started.
+    pub subscriber_disconnects: u64,
 }
 
 /// A DEALER connected to a publisher's replay socket, with the subscriber's CURVE keys when
@@ -212,6 +219,11 @@ impl Catchup {
         (self.sequence(batches), failure)
     }
 
+    /// Asks the publisher where it stands (its `info`), without replaying anything.
+    pub fn info(&mut self) -> Result<Info, WatchError> {
+        self.client.info(ASK_TIMEOUT)
+    }
+
     /// The stream is quiet: asks the publisher for its last sequence and replays what it
     /// sent after the last message seen. Returns the replayed batches and the sequence
     /// numbers at the end that are lost for good (no later message would show them).
@@ -264,6 +276,9 @@ mod tests {
             (Value::from("last_sequence"), Value::from(40u64)),
             (Value::from("oldest_sequence"), Value::from(3u64)),
             (Value::from("snapshots"), Value::from(true)),
+            (Value::from("subscribers"), Value::from(4u64)),
+            (Value::from("subscriber_connects"), Value::from(6u64)),
+            (Value::from("subscriber_disconnects"), Value::from(2u64)),
             (Value::from("added_later"), Value::Array(vec![Value::Nil])),
         ]);
         let info = decode_info(&encoded(&map)).unwrap();
@@ -276,6 +291,9 @@ mod tests {
                 last_sequence: 40,
                 oldest_sequence: 3,
                 snapshots: true,
+                subscribers: 4,
+                subscriber_connects: 6,
+                subscriber_disconnects: 2,
             }
         );
         let some = Value::Map(vec![(Value::from("last_sequence"), Value::from(7u64))]);

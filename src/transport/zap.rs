@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 pub(super) const ZAP_DOMAIN: &str = "kv-events";
 /// Where a ZAP handler binds, by RFC 27, in the socket's own context.
 const ZAP_ENDPOINT: &str = "inproc://zeromq.zap.01";
+/// The PUB socket's place among the watched sockets.
+const PUB: usize = 0;
 /// How long the thread waits between looks at its stop flag.
 const POLL: Duration = Duration::from_millis(100);
 /// At most one line about refused peers per this long, with the count of the others.
@@ -35,13 +37,15 @@ const MONITORED: i32 = (EVENT_LISTENING
     | EVENT_ACCEPT_FAILED
     | EVENT_DISCONNECTED
     | EVENT_MONITOR_STOPPED
+    | EVENT_HANDSHAKE_SUCCEEDED
     | EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | EVENT_HANDSHAKE_FAILED_PROTOCOL
     | EVENT_HANDSHAKE_FAILED_AUTH) as i32;
 
 /// Starts the thread `kv-events-zap`, which answers ZAP for every socket of `context`
-/// and watches the connections of `sockets` through their monitors. Called before the
-/// sockets are bound, so that no connection goes unseen and no handshake unchecked.
+/// and watches the connections of `sockets` through their monitors; the first is the PUB
+/// socket, whose connections that finish their handshake are the subscribers. Called before
+/// the sockets are bound, so that no connection goes unseen and no handshake unchecked.
 pub(crate) fn start(
     access: &Access,
     context: &zmq::Context,
@@ -320,9 +324,25 @@ impl Handler {
                     )
                 });
             }
+            EVENT_HANDSHAKE_SUCCEEDED if i == PUB => {
+                counters.subscriber_connects.fetch_add(1, Relaxed);
+                counters.subscribers.fetch_add(1, Relaxed);
+            }
             EVENT_DISCONNECTED => {
                 let (ended, from) = self.connections.disconnected(fd);
                 match (self.monitors[i].1.take(), ended) {
+                    // libzmq reports a handshake that did not finish just before the
+                    // disconnection, so one without a failure had succeeded. Only this
+                    // thread changes the gauge.
+                    (None, _)
+                        if i == PUB
+                            && counters
+                                .subscribers
+                                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                                .is_ok() =>
+                    {
+                        counters.subscriber_disconnects.fetch_add(1, Relaxed);
+                    }
                     (Some(Failure::Unfinished), Ended::AfterTimeout) => {
                         counters.handshake_timeouts.fetch_add(1, Relaxed);
                         self.refusals.log(Level::Warn, || {

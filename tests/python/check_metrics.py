@@ -30,11 +30,19 @@ def main(metrics_path, status_path):
             declared["TYPE"][name] = kind
 
     values = {}
+    build_info = None
     for family in text_string_to_metric_families(text):
         assert family.type in ("counter", "gauge"), (family.name, family.type)
         assert family.documentation.strip(), f"{family.name} has no HELP text"
         assert len(family.samples) == 1, family.samples
         sample = family.samples[0]
+        if sample.name == PREFIX + "build_info":
+            # The build, not a stats field: the versions and CURVE as labels.
+            assert set(sample.labels) == {"version", "libzmq", "curve"}, sample
+            assert sample.labels["curve"] in ("true", "false"), sample
+            assert sample.value == 1, sample
+            build_info = sample.labels
+            continue
         if sample.name.endswith("_info"):
             # An id too wide for a float sample rides in a label: NAME_info{NAME="id"} 1.
             field = sample.name[len(PREFIX):-len("_info")]
@@ -63,6 +71,7 @@ def main(metrics_path, status_path):
         expected = status[field]
         expected = int(expected) if isinstance(expected, bool) else expected
         assert value == expected, f"{field}: metric {value}, status_json {expected}"
+    assert build_info is not None, "no mooncake_kv_events_build_info"
     print(f"{len(values)} metrics match status_json: "
           + ", ".join(f"{k}={v:g}" for k, v in sorted(values.items())))
 
