@@ -65,6 +65,16 @@ pub struct FullQueue {
     _strings: crate::publisher::pool::StringPool,
 }
 
+impl Drop for FullQueue {
+    /// Gives the queued calls' blocks back, as the publishing thread would: the pool frees its
+    /// memory only once every block is back.
+    fn drop(&mut self) {
+        while let Some(record) = self.queue.pop() {
+            record.recycle(&self._strings);
+        }
+    }
+}
+
 impl FullQueue {
     /// `capacity` calls of `on_put_commit(tenant, key, group, {cpu})`.
     pub fn new(capacity: usize, tenant: &[u8], key: &[u8], group: &[u8]) -> FullQueue {

@@ -12,8 +12,9 @@ use crate::media::MediumSet;
 /// [`INLINE_BYTES`] (a 64-byte key with ids of up to 40 bytes), and in a block of the
 /// publisher's [`StringPool`] up to [`BLOCK_BYTES`] (a vLLM connector key of 135 bytes with
 /// ids of up to 120): either way the calling thread allocates nothing and the publishing
-/// thread frees nothing. Longer strings, or long ones when every block is in use, share one
-/// heap allocation. The record is 128 bytes whichever holds the strings: a bigger slot that
+/// thread frees nothing, the queue full or not (a publisher's pool has a block for every slot,
+/// see [`StringPool::for_queue`]). Longer strings share one heap allocation, as would long
+/// ones should every block be in use. The record is 128 bytes whichever holds the strings: a bigger slot that
 /// held 256 bytes itself was measured slower (docs/performance.md), since every call, short
 /// or long, then writes and reads all of its cache lines.
 #[derive(Debug)]
@@ -49,7 +50,7 @@ impl Strings {
         }
         if len <= BLOCK_BYTES {
             if let Some(mut block) = pool.take() {
-                concat_into(&mut block[..], parts);
+                concat_into(block.bytes_mut(), parts);
                 return Strings::Pooled {
                     len: len as u16,
                     block,
@@ -62,7 +63,7 @@ impl Strings {
     fn as_bytes(&self) -> &[u8] {
         match self {
             Strings::Inline { len, bytes } => &bytes[..*len as usize],
-            Strings::Pooled { len, block } => &block[..*len as usize],
+            Strings::Pooled { len, block } => &block.bytes()[..*len as usize],
             Strings::Heap(bytes) => bytes,
         }
     }
@@ -247,10 +248,9 @@ mod tests {
         second.recycle(&pool);
         assert_eq!(pool.free(), 0);
         first.recycle(&pool);
-        assert!(matches!(
-            object(b"t", &key, b"g", &pool).strings,
-            Strings::Pooled { .. }
-        ));
+        let third = object(b"t", &key, b"g", &pool);
+        assert!(matches!(third.strings, Strings::Pooled { .. }));
+        third.recycle(&pool);
     }
 
     #[test]

@@ -41,6 +41,7 @@ impl Shared {
     pub(crate) fn push(&self, record: Record) {
         if self.is_closing() {
             Counters::add(&self.counters.dropped_events, record.event_count());
+            record.recycle(&self.strings);
             return;
         }
         if let Some(displaced) = self.queue.push(record) {
@@ -77,11 +78,22 @@ impl Shared {
         let mut late = 0;
         while let Some(record) = self.queue.pop() {
             late += record.event_count();
+            record.recycle(&self.strings);
         }
         if late > 0 {
             Counters::add(&self.counters.dropped_events, late);
         }
         late
+    }
+}
+
+impl Drop for Shared {
+    /// Gives the blocks of what is still queued back to the pool, which frees its memory only
+    /// once every block is back.
+    fn drop(&mut self) {
+        while let Some(record) = self.queue.pop() {
+            record.recycle(&self.strings);
+        }
     }
 }
 
@@ -110,5 +122,26 @@ mod tests {
         shared.push(object("k", 2));
         assert_eq!(shared.queue.len(), 1);
         assert_eq!(shared.counters.dropped_events.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn every_block_comes_back_from_calls_pushed_out_and_calls_left_queued() {
+        let shared = Shared::new(EventQueue::new(4), true);
+        let cpu = MediumSet::EMPTY.with(Medium::Cpu);
+        for _ in 0..10 {
+            let long = ObjectEvents::new(
+                b"t",
+                &[b'k'; 200],
+                b"",
+                MediumSet::EMPTY,
+                cpu,
+                &shared.strings,
+            );
+            shared.push(Record::Object(long.unwrap()));
+        }
+        assert_eq!(shared.strings.free(), shared.strings.blocks() - 4);
+        shared.stopped.store(true, SeqCst);
+        assert_eq!(shared.drop_queued(), 4);
+        assert_eq!(shared.strings.free(), shared.strings.blocks());
     }
 }

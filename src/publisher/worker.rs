@@ -199,6 +199,7 @@ impl Worker {
             taken += 1;
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 dropped += record.event_count();
+                record.recycle(&self.shared.strings);
                 continue;
             }
             self.accept(record);
