@@ -14,7 +14,9 @@
 //   - the highest offered rate sustained with no drop and no gap at the default capacity;
 //   - CPU-seconds per million published events (this process only);
 //   - memory: a full default queue, and RSS over a flood;
-//   - the burst of a RemoveAll: a million removals flat out, how much of it arrives and when.
+//   - the burst of a RemoveAll: a million removals flat out, how much of it arrives and when;
+//   - a flat-out burst: 200,000 timed calls as fast as 1 and 2 producers can make them into a
+//     fresh publisher's default queue, which fills: the latency of calls at any queue depth.
 // It reports; it asserts nothing about time. `--smoke` (a ctest) checks only that every phase
 // runs and the subscriber received events. `--syscall-probe` is the producer loop alone, for
 // scripts/bench_syscalls.sh to run under strace.
@@ -191,8 +193,10 @@ struct Options {
   bool library_only = false;       // skip the baseline and the raw senders (for profiling)
   std::string shape;  // the tenant, key and group of every call; empty: the first of shapes()
   uint64_t removeall_calls = 1000000;  // calls of the removeall burst
-  std::vector<std::string> phases = {"memory",    "latency", "throughput",
-                                     "sustained", "flood",   "removeall"};
+  uint64_t burst_calls = 200000;       // timed calls of one flat-out burst, all producers
+  std::vector<int> burst_threads = {1, 2};
+  std::vector<std::string> phases = {"memory", "latency",   "throughput", "sustained",
+                                     "flood",  "removeall", "burst"};
   // --syscall-probe
   bool syscall_probe = false;
   uint64_t probe_calls = 1000000;  // per producer thread
@@ -238,8 +242,11 @@ Reports only; asserts nothing about time.
   --flood S          seconds of the RSS flood (default 60)
   --removeall-calls N
                      calls of the removeall burst (default 1000000; --smoke 20000)
-  --phases LIST      any of memory,latency,throughput,sustained,flood,removeall (default all,
-                     run in that order)
+  --burst-calls N    timed calls of one flat-out burst, shared by its producers (default 200000)
+  --burst-threads LIST
+                     producer threads of the flat-out bursts (default 1,2)
+  --phases LIST      any of memory,latency,throughput,sustained,flood,removeall,burst (default
+                     all, run in that order)
   --shape NAME       tenant, key and group of every call in every phase and in the syscall
                      probe (default %s; scripts/bench.sh --shapes runs each in turn):
 %s  --clock tsc|steady what times a call (default tsc when invariant, else steady_clock)
@@ -295,7 +302,8 @@ Options parse(int argc, char** argv) {
                flag == "--duration" || flag == "--search-start" || flag == "--flood" ||
                flag == "--phases" || flag == "--clock" || flag == "--probe-calls" ||
                flag == "--probe-rate" || flag == "--probe-warmup" || flag == "--shape" ||
-               flag == "--removeall-calls") {
+               flag == "--removeall-calls" || flag == "--burst-calls" ||
+               flag == "--burst-threads") {
       explicit_values.emplace_back(flag, value());
     } else {
       usage(("unknown option " + flag).c_str());
@@ -319,14 +327,15 @@ Options parse(int argc, char** argv) {
   // Explicit flags win over the mode's values, whatever their order.
   for (const auto& [flag, text] : explicit_values) {
     const char* v = text.c_str();
-    if (flag == "--threads") {
-      o.threads.clear();
+    if (flag == "--threads" || flag == "--burst-threads") {
+      std::vector<int>& counts = flag == "--threads" ? o.threads : o.burst_threads;
+      counts.clear();
       for (const std::string& t : split(text)) {
-        const int n = static_cast<int>(number("--threads", t.c_str()));
-        if (n < 1 || n > 64) usage("--threads wants counts from 1 to 64");
-        o.threads.push_back(n);
+        const int n = static_cast<int>(number(flag.c_str(), t.c_str()));
+        if (n < 1 || n > 64) usage((flag + " wants counts from 1 to 64").c_str());
+        counts.push_back(n);
       }
-      if (o.threads.empty()) usage("--threads wants at least one count");
+      if (counts.empty()) usage((flag + " wants at least one count").c_str());
     } else if (flag == "--runs") {
       o.runs = std::max(1, static_cast<int>(number("--runs", v)));
     } else if (flag == "--phase") {
@@ -347,7 +356,7 @@ Options parse(int argc, char** argv) {
       o.phases = split(text);
       for (const std::string& p : o.phases) {
         if (p != "memory" && p != "latency" && p != "throughput" && p != "sustained" &&
-            p != "flood" && p != "removeall") {
+            p != "flood" && p != "removeall" && p != "burst") {
           usage(("unknown phase " + p).c_str());
         }
       }
@@ -365,6 +374,8 @@ Options parse(int argc, char** argv) {
       o.shape = text;
     } else if (flag == "--removeall-calls") {
       o.removeall_calls = std::max<uint64_t>(1, static_cast<uint64_t>(number(flag.c_str(), v)));
+    } else if (flag == "--burst-calls") {
+      o.burst_calls = std::max<uint64_t>(1, static_cast<uint64_t>(number(flag.c_str(), v)));
     }
   }
   return o;
@@ -1373,6 +1384,162 @@ void removeall_phase(const Options& o) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Phase 7: a flat-out burst
+
+// Calls as fast as the producers can make them, timed one by one, with no pacing: a RemoveAll
+// of a large tenant or any flood. The producers offer several million calls a second, the
+// publishing thread takes about two, so a burst of 200,000 calls fills the default queue and
+// the later calls meet it full (each pushes out the oldest): what the paced latency phase never
+// shows. Each run creates a publisher, attaches a subscriber, makes the burst (first: into
+// memory the publisher has not used yet), flushes, and makes the same burst again (second).
+
+struct BurstRun {
+  double p50 = 0, p99 = 0, p999 = 0, max = 0;  // ns
+  uint64_t calls = 0;
+  double offered = 0;           // calls/s: calls / the producers' wall time
+  uint64_t depth = 0;           // queue depth as the producers finished
+  uint64_t slow = 0;            // calls over 5 us
+  uint64_t preempted = 0;       // the producers' involuntary context switches
+  uint64_t dropped = 0, missing = 0, delivered = 0;
+  double rss_before = 0, rss_after = 0;  // MB, before the burst and as it ended
+};
+
+// Involuntary context switches of the calling thread so far: the times it was preempted.
+uint64_t preemptions() {
+  rusage usage;
+  getrusage(RUSAGE_THREAD, &usage);
+  return static_cast<uint64_t>(usage.ru_nivcsw);
+}
+
+template <bool kTsc, class Call>
+void flat_out_producer(Call& call, uint64_t calls, size_t key_offset, Timed& out,
+                       uint64_t& preempted) {
+  const uint64_t preempted0 = preemptions();
+  const std::vector<std::string>& k = keys();
+  uint32_t* samples = out.ticks.data();
+  size_t key = key_offset;
+  for (uint64_t n = 0; n < calls; ++n) {
+    const std::string_view object_key = k[key++ & (kKeys - 1)];
+    const uint64_t t0 = kTsc ? tsc_begin() : steady_ns();
+    call(object_key);
+    const uint64_t t1 = kTsc ? tsc_end() : steady_ns();
+    const uint64_t d = t1 - t0;
+    samples[n] = d > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(d);
+  }
+  out.calls = calls;
+  preempted = preemptions() - preempted0;
+}
+
+BurstRun measure_burst(const Options& o, const CallClock& clock, kv::Publisher& library,
+                       Target& target, SubscriberProcess& subscriber, int threads) {
+  target.flush();
+  subscriber.sync(target.last_sequence());
+  const uint64_t dropped0 = target.dropped();
+  std::vector<Timed> timed(threads);
+  for (int i = 0; i < threads; ++i) {
+    // Shared out evenly; touched now, not during the burst.
+    const uint64_t share = o.burst_calls / threads + (static_cast<uint64_t>(i) <
+                                                      o.burst_calls % threads);
+    timed[i].ticks.assign(share, 0);
+  }
+  BurstRun run;
+  run.rss_before = rss_mb();
+  std::vector<uint64_t> spans(threads), preempted(threads);
+  run_threads(threads, [&](int i) {
+    const std::string_view tenant = workload().tenant, group = workload().group;
+    kv::Publisher* p = &library;
+    auto call = [p, tenant, group](std::string_view key) {
+      p->on_put_commit(tenant, key, group, kCpu);
+    };
+    const size_t offset = static_cast<size_t>(i) * 997;
+    const uint64_t start = steady_ns();
+    if (clock.tsc) {
+      flat_out_producer<true>(call, timed[i].ticks.size(), offset, timed[i], preempted[i]);
+    } else {
+      flat_out_producer<false>(call, timed[i].ticks.size(), offset, timed[i], preempted[i]);
+    }
+    spans[i] = steady_ns() - start;
+  });
+  run.depth = library.stats().queue_depth;
+  run.rss_after = rss_mb();
+  target.flush();
+  const SubscriberCounts counts = subscriber.report(target.last_sequence());
+  std::vector<uint32_t> all;
+  for (const Timed& t : timed) {
+    all.insert(all.end(), t.ticks.begin(), t.ticks.end());
+    run.calls += t.calls;
+  }
+  std::sort(all.begin(), all.end());
+  run.p50 = clock.to_ns(static_cast<uint64_t>(percentile(all, 0.50)));
+  run.p99 = clock.to_ns(static_cast<uint64_t>(percentile(all, 0.99)));
+  run.p999 = clock.to_ns(static_cast<uint64_t>(percentile(all, 0.999)));
+  run.max = all.empty() ? 0 : clock.to_ns(all.back());
+  for (uint32_t ticks : all) run.slow += clock.to_ns(ticks) > 5000;
+  for (uint64_t p : preempted) run.preempted += p;
+  const uint64_t span = *std::max_element(spans.begin(), spans.end());
+  run.offered = span ? static_cast<double>(run.calls) * 1e9 / static_cast<double>(span) : 0;
+  run.dropped = target.dropped() - dropped0;
+  run.missing = counts.missing;
+  run.delivered = counts.events;
+  expect_events("burst", counts);
+  return run;
+}
+
+void burst_phase(const Options& o, const CallClock& clock) {
+  std::printf(
+      "\n== Flat-out burst: %s timed on_put_commit calls in all, shared by the producers, no "
+      "pacing, into the\n"
+      "   default queue (65536 calls), subscriber attached; shape %s;\n"
+      "   each of %d run(s): a new publisher, the burst (first), a flush, the burst again "
+      "(second); medians of the runs;\n"
+      "   latency per call as timed by the clock above (its overhead included); >5us: calls "
+      "over 5 us; preempted: the\n"
+      "   producers' involuntary context switches (each makes one call slow); depth: the "
+      "queue's as the producers finished;\n"
+      "   drops: calls pushed out of the full queue; RSS: MB before the burst -> as it ended; "
+      "load average %s\n\n",
+      si(static_cast<double>(o.burst_calls)).c_str(), workload().describe().c_str(), o.runs,
+      loadavg().c_str());
+  std::printf("%-8s %-7s %9s %9s %9s %9s %6s %9s %9s %11s %7s %8s %6s  %s\n", "threads",
+              "burst", "p50", "p99", "p99.9", "max", ">5us", "preempted", "calls", "offered/s",
+              "depth", "drops", "gaps", "RSS MB");
+  for (int threads : o.burst_threads) {
+    std::vector<BurstRun> first, second;
+    for (int r = 0; r < o.runs; ++r) {
+      std::string endpoint;
+      auto library = create_library(65536, endpoint);
+      Target t = library_target(*library);
+      auto subscriber = attach(endpoint, t);
+      first.push_back(measure_burst(o, clock, *library, t, *subscriber, threads));
+      second.push_back(measure_burst(o, clock, *library, t, *subscriber, threads));
+    }
+    auto row = [&](const char* name, const std::vector<BurstRun>& runs) {
+      auto med = [&](double BurstRun::*field) {
+        std::vector<double> v;
+        for (const BurstRun& r : runs) v.push_back(r.*field);
+        return median(v);
+      };
+      auto med_count = [&](uint64_t BurstRun::*field) {
+        std::vector<double> v;
+        for (const BurstRun& r : runs) v.push_back(static_cast<double>(r.*field));
+        return median(v);
+      };
+      std::printf("%-8d %-7s %9s %9s %9s %9s %6.0f %9.0f %9.0f %11s %7.0f %8.0f %6.0f  %.1f -> "
+                  "%.1f\n",
+                  threads, name, ns_text(med(&BurstRun::p50)).c_str(),
+                  ns_text(med(&BurstRun::p99)).c_str(), ns_text(med(&BurstRun::p999)).c_str(),
+                  ns_text(med(&BurstRun::max)).c_str(), med_count(&BurstRun::slow),
+                  med_count(&BurstRun::preempted), med_count(&BurstRun::calls),
+                  si(med(&BurstRun::offered)).c_str(), med_count(&BurstRun::depth),
+                  med_count(&BurstRun::dropped), med_count(&BurstRun::missing),
+                  med(&BurstRun::rss_before), med(&BurstRun::rss_after));
+    };
+    row("first", first);
+    row("second", second);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // --syscall-probe: the producer loop alone, for strace
 
 int syscall_probe(const Options& o) {
@@ -1461,6 +1628,8 @@ int main(int argc, char** argv) {
     if (wants(o, "flood")) flood_phase(o);
     std::fflush(stdout);
     if (wants(o, "removeall")) removeall_phase(o);
+    std::fflush(stdout);
+    if (wants(o, "burst")) burst_phase(o, clock);
     std::printf("\ndone in %.1f s; load average %s at the end\n", now_seconds() - t0,
                 loadavg().c_str());
   } catch (const std::exception& e) {
