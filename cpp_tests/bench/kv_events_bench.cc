@@ -1246,7 +1246,7 @@ void memory_phase(const Options& o) {
         "  -> a full default queue costs %.1f MB; %.0f bytes per queued call besides its strings\n",
         before, created, full, depth, fixed, per_slot, per_call, strings,
         w.shape->strings == "inline"   ? "ride in its slot"
-        : w.shape->strings == "pooled" ? "take a pooled block, or a heap block once all are queued"
+        : w.shape->strings == "pooled" ? "take a pooled block"
                                        : "take a heap block of their own",
         full - before,
         per_slot + per_call - static_cast<double>(strings));
