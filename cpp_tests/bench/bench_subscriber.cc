@@ -149,6 +149,8 @@ class Counter {
     const std::string v = verb;
     if (v == "QUIT") {
       quit_ = true;
+    } else if (v == "PAUSE") {
+      paused_until_ns_ = monotonic_ns() + target * 1000000u;
     } else if (v == "SYNC" || v == "REPORT") {
       pending_ = v;
       target_ = target;
@@ -183,6 +185,7 @@ class Counter {
   }
 
   bool pending() const { return !pending_.empty(); }
+  bool paused() const { return monotonic_ns() < paused_until_ns_; }
   bool quit() const { return quit_; }
 
  private:
@@ -194,6 +197,7 @@ class Counter {
   std::string pending_;
   uint64_t target_ = 0;
   uint64_t progress_ns_ = 0;
+  uint64_t paused_until_ns_ = 0;
   bool quit_ = false;
 };
 
@@ -204,21 +208,50 @@ double SubscriberCounts::delivered_per_second() const {
   return static_cast<double>(events) * 1e9 / static_cast<double>(last_ns - first_ns);
 }
 
-int run_subscriber(const std::string& endpoint) {
+std::vector<std::string> SubscriberOptions::arguments() const {
+  std::vector<std::string> args = {"--subscriber", endpoint, "--rcvhwm", std::to_string(rcvhwm)};
+  if (!secret_key.empty()) {
+    args.insert(args.end(), {"--curve", server_public, public_key, secret_key});
+  }
+  return args;
+}
+
+bool SubscriberOptions::parse(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[0], "--subscriber") != 0) return false;
+  endpoint = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rcvhwm") == 0 && i + 1 < argc) {
+      rcvhwm = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--curve") == 0 && i + 3 < argc) {
+      server_public = argv[++i];
+      public_key = argv[++i];
+      secret_key = argv[++i];
+    } else {
+      return false;
+    }
+  }
+  return rcvhwm > 0;
+}
+
+int run_subscriber(const SubscriberOptions& options) {
   signal(SIGPIPE, SIG_IGN);
   void* context = zmq_ctx_new();
   void* socket = zmq_socket(context, ZMQ_SUB);
-  // Enough for every message of a phase even when this process falls behind: a loss here
-  // would be charged to the publisher as a gap.
-  const int hwm = 200000;
   const int rcvbuf = 4 << 20;
   const int linger = 0;
-  if (zmq_setsockopt(socket, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
+  const bool curve = !options.secret_key.empty();
+  if (zmq_setsockopt(socket, ZMQ_RCVHWM, &options.rcvhwm, sizeof options.rcvhwm) != 0 ||
       zmq_setsockopt(socket, ZMQ_RCVBUF, &rcvbuf, sizeof rcvbuf) != 0 ||
       zmq_setsockopt(socket, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+      (curve && (zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, options.server_public.c_str(),
+                                options.server_public.size()) != 0 ||
+                 zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, options.public_key.c_str(),
+                                options.public_key.size()) != 0 ||
+                 zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, options.secret_key.c_str(),
+                                options.secret_key.size()) != 0)) ||
       zmq_setsockopt(socket, ZMQ_SUBSCRIBE, "", 0) != 0 ||
-      zmq_connect(socket, endpoint.c_str()) != 0) {
-    std::fprintf(stderr, "kv_events_bench subscriber: %s: %s\n", endpoint.c_str(),
+      zmq_connect(socket, options.endpoint.c_str()) != 0) {
+    std::fprintf(stderr, "kv_events_bench subscriber: %s: %s\n", options.endpoint.c_str(),
                  zmq_strerror(zmq_errno()));
     return 1;
   }
@@ -227,10 +260,12 @@ int run_subscriber(const std::string& endpoint) {
   bool input_open = true;
   while (input_open && !counter.quit()) {
     zmq_pollitem_t items[2] = {{socket, 0, ZMQ_POLLIN, 0}, {nullptr, STDIN_FILENO, ZMQ_POLLIN, 0}};
-    const long timeout_ms = counter.pending() ? 20 : 1000;
+    const bool paused = counter.paused();
+    if (paused) items[0].events = 0;
+    const long timeout_ms = counter.pending() || paused ? 20 : 1000;
     if (zmq_poll(items, 2, timeout_ms) < 0 && zmq_errno() != EINTR) break;
     // Take what the socket holds even without an event: zmq_poll is edge-triggered inside.
-    counter.receive_available(4096);
+    if (!paused) counter.receive_available(4096);
     if (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
       char chunk[256];
       const ssize_t n = read(STDIN_FILENO, chunk, sizeof chunk);
@@ -252,7 +287,8 @@ int run_subscriber(const std::string& endpoint) {
   return 0;
 }
 
-SubscriberProcess::SubscriberProcess(const std::string& self_exe, const std::string& endpoint) {
+SubscriberProcess::SubscriberProcess(const std::string& self_exe,
+                                     const SubscriberOptions& options) {
   int to_child[2];
   int from_child[2];
   if (pipe2(to_child, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
@@ -261,7 +297,8 @@ SubscriberProcess::SubscriberProcess(const std::string& self_exe, const std::str
     close(to_child[1]);
     throw std::runtime_error("pipe2 failed");
   }
-  std::vector<std::string> args = {self_exe, "--subscriber", endpoint};
+  std::vector<std::string> args = options.arguments();
+  args.insert(args.begin(), self_exe);
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -337,6 +374,10 @@ bool SubscriberProcess::wait_joined(const std::function<void()>& probe,
 bool SubscriberProcess::sync(uint64_t sequence) {
   if (!send_line("SYNC " + std::to_string(sequence))) return false;
   return read_line(std::chrono::seconds(60)) == "SYNCED 1";
+}
+
+bool SubscriberProcess::pause(std::chrono::milliseconds duration) {
+  return send_line("PAUSE " + std::to_string(duration.count()));
 }
 
 SubscriberCounts SubscriberProcess::report(uint64_t sequence) {

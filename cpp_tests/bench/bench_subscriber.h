@@ -1,11 +1,13 @@
 // The benchmark's subscriber: a separate process (this program re-executed with
-// `--subscriber ENDPOINT`) with a ZeroMQ SUB socket on the libzmq C API and a large receive
-// high-water mark. It counts messages, events (read from the payload's array header) and
-// sequence gaps, and answers the parent over a pipe, one text line per command:
+// `--subscriber ENDPOINT [--rcvhwm N] [--curve SERVER_PUBLIC PUBLIC SECRET]`) with a ZeroMQ SUB
+// socket on the libzmq C API and, unless told otherwise, a large receive high-water mark. It
+// counts messages, events (read from the payload's array header) and sequence gaps, and
+// answers the parent over a pipe, one text line per command:
 //
 //   child -> parent  JOINED                  the first message arrived
 //   parent -> child  SYNC <seq>              receive up to sequence <seq>, then zero the counts
 //   child -> parent  SYNCED <0|1>            (0: gave up after 1 s without a message)
+//   parent -> child  PAUSE <ms>              stop reading the socket for <ms> milliseconds
 //   parent -> child  REPORT <seq>            receive up to <seq>, then report (counts stay)
 //   child -> parent  COUNTS <fields...>      see SubscriberCounts
 //   parent -> child  QUIT, or end of input   exit 0
@@ -19,11 +21,30 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kv_events_bench {
 
+// How a subscriber process connects.
+struct SubscriberOptions {
+  SubscriberOptions() = default;
+  explicit SubscriberOptions(std::string to) : endpoint(std::move(to)) {}
+
+  std::string endpoint;
+  // Messages its SUB socket holds: large enough by default that a loss is the publisher's.
+  int rcvhwm = 200000;
+  // CURVE keys (Z85), all three or none: the publisher's public key, this subscriber's pair.
+  std::string server_public, public_key, secret_key;
+
+  // The command line after the program's name: --subscriber ENDPOINT ...
+  std::vector<std::string> arguments() const;
+  // Parses what arguments() wrote (argv after the program's name); false when it is not that.
+  bool parse(int argc, char** argv);
+};
+
 // The subscriber process's main: returns its exit status.
-int run_subscriber(const std::string& endpoint);
+int run_subscriber(const SubscriberOptions& options);
 
 // What the subscriber received since its last SYNC.
 struct SubscriberCounts {
@@ -46,7 +67,7 @@ struct SubscriberCounts {
 // A subscriber process, started on construction and asked to quit on destruction.
 class SubscriberProcess {
  public:
-  SubscriberProcess(const std::string& self_exe, const std::string& endpoint);
+  SubscriberProcess(const std::string& self_exe, const SubscriberOptions& options);
   ~SubscriberProcess();
   SubscriberProcess(const SubscriberProcess&) = delete;
   SubscriberProcess& operator=(const SubscriberProcess&) = delete;
@@ -61,6 +82,9 @@ class SubscriberProcess {
   // What the subscriber received since the last sync, once it has `sequence` (or after 1 s
   // without any message).
   SubscriberCounts report(uint64_t sequence);
+
+  // Makes the subscriber stop reading its socket for `duration` (it answers nothing).
+  bool pause(std::chrono::milliseconds duration);
 
   pid_t pid() const { return pid_; }
 

@@ -16,7 +16,9 @@
 //   - memory: a full default queue, and RSS over a flood;
 //   - the burst of a RemoveAll: a million removals flat out, how much of it arrives and when;
 //   - a flat-out burst: 200,000 timed calls as fast as 1 and 2 producers can make them into a
-//     fresh publisher's default queue, which fills: the latency of calls at any queue depth.
+//     fresh publisher's default queue, which fills: the latency of calls at any queue depth;
+//   - fan-out: 1, 4, 16 and 64 subscriber processes on tcp and ipc, plain and CURVE, and one
+//     slow subscriber among 16: delivered rates, shares, CPU, memory, callers' latency.
 // It reports; it asserts nothing about time. `--smoke` (a ctest) checks only that every phase
 // runs and the subscriber received events. `--syscall-probe` is the producer loop alone, for
 // scripts/bench_syscalls.sh to run under strace.
@@ -26,6 +28,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -45,6 +48,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -195,8 +199,12 @@ struct Options {
   uint64_t removeall_calls = 1000000;  // calls of the removeall burst
   uint64_t burst_calls = 200000;       // timed calls of one flat-out burst, all producers
   std::vector<int> burst_threads = {1, 2};
+  std::vector<int> fanout = {1, 4, 16, 64};  // subscriber counts of the fan-out phase
+  double fanout_rate = 100000;               // calls/s offered in the fan-out phase
+  double fanout_seconds = 3;                 // one fan-out measurement
+  double slow_pause = 5;                     // seconds the slow subscriber stops reading
   std::vector<std::string> phases = {"memory", "latency",   "throughput", "sustained",
-                                     "flood",  "removeall", "burst"};
+                                     "flood",  "removeall", "burst",      "fanout"};
   // --syscall-probe
   bool syscall_probe = false;
   uint64_t probe_calls = 1000000;  // per producer thread
@@ -245,8 +253,12 @@ Reports only; asserts nothing about time.
   --burst-calls N    timed calls of one flat-out burst, shared by its producers (default 200000)
   --burst-threads LIST
                      producer threads of the flat-out bursts (default 1,2)
-  --phases LIST      any of memory,latency,throughput,sustained,flood,removeall,burst (default
-                     all, run in that order)
+  --fanout LIST      subscriber counts of the fan-out phase (default 1,4,16,64)
+  --fanout-rate R    calls/s offered in the fan-out phase (default 100000)
+  --fanout-seconds S seconds of one fan-out measurement (default 3)
+  --slow-pause S     seconds the fan-out phase's slow subscriber stops reading (default 5)
+  --phases LIST      any of memory,latency,throughput,sustained,flood,removeall,burst,fanout
+                     (default all, run in that order)
   --shape NAME       tenant, key and group of every call in every phase and in the syscall
                      probe (default %s; scripts/bench.sh --shapes runs each in turn):
 %s  --clock tsc|steady what times a call (default tsc when invariant, else steady_clock)
@@ -255,7 +267,8 @@ Reports only; asserts nothing about time.
      --probe-calls N   calls per producer thread (default 1000000)
      --probe-rate R    calls/s per producer thread, paced in bursts; 0 = flat out (default)
      --probe-warmup N  calls per producer thread before the loop, then a flush (default 0)
-  --subscriber EP    (internal) run as the subscriber process on endpoint EP
+  --subscriber EP [--rcvhwm N] [--curve SERVER PUBLIC SECRET]
+                     (internal) run as a subscriber process on endpoint EP
 )",
                default_shape.c_str(), listed.c_str());
   std::exit(error ? 2 : 0);
@@ -303,7 +316,8 @@ Options parse(int argc, char** argv) {
                flag == "--phases" || flag == "--clock" || flag == "--probe-calls" ||
                flag == "--probe-rate" || flag == "--probe-warmup" || flag == "--shape" ||
                flag == "--removeall-calls" || flag == "--burst-calls" ||
-               flag == "--burst-threads") {
+               flag == "--burst-threads" || flag == "--fanout" || flag == "--fanout-rate" ||
+               flag == "--fanout-seconds" || flag == "--slow-pause") {
       explicit_values.emplace_back(flag, value());
     } else {
       usage(("unknown option " + flag).c_str());
@@ -314,6 +328,8 @@ Options parse(int argc, char** argv) {
     o.throughput_seconds = 1;
     o.duration = 2;
     o.flood_seconds = 5;
+    o.fanout_seconds = 1;
+    o.slow_pause = 2;
   } else if (o.mode == "smoke") {
     o.threads = {1, 2};
     o.runs = 1;
@@ -323,15 +339,22 @@ Options parse(int argc, char** argv) {
     o.search_steps = 1;
     o.flood_seconds = 1;
     o.removeall_calls = 20000;
+    o.fanout = {1, 4};
+    o.fanout_rate = 20000;
+    o.fanout_seconds = 0.2;
+    o.slow_pause = 0.2;
   }
   // Explicit flags win over the mode's values, whatever their order.
   for (const auto& [flag, text] : explicit_values) {
     const char* v = text.c_str();
-    if (flag == "--threads" || flag == "--burst-threads") {
-      std::vector<int>& counts = flag == "--threads" ? o.threads : o.burst_threads;
+    if (flag == "--threads" || flag == "--burst-threads" || flag == "--fanout") {
+      std::vector<int>& counts = flag == "--threads"         ? o.threads
+                                 : flag == "--burst-threads" ? o.burst_threads
+                                                             : o.fanout;
       counts.clear();
       for (const std::string& t : split(text)) {
         const int n = static_cast<int>(number(flag.c_str(), t.c_str()));
+        // 64: the publisher admits 64 connections from one address (127.0.0.1) by default.
         if (n < 1 || n > 64) usage((flag + " wants counts from 1 to 64").c_str());
         counts.push_back(n);
       }
@@ -356,7 +379,7 @@ Options parse(int argc, char** argv) {
       o.phases = split(text);
       for (const std::string& p : o.phases) {
         if (p != "memory" && p != "latency" && p != "throughput" && p != "sustained" &&
-            p != "flood" && p != "removeall" && p != "burst") {
+            p != "flood" && p != "removeall" && p != "burst" && p != "fanout") {
           usage(("unknown phase " + p).c_str());
         }
       }
@@ -376,6 +399,12 @@ Options parse(int argc, char** argv) {
       o.removeall_calls = std::max<uint64_t>(1, static_cast<uint64_t>(number(flag.c_str(), v)));
     } else if (flag == "--burst-calls") {
       o.burst_calls = std::max<uint64_t>(1, static_cast<uint64_t>(number(flag.c_str(), v)));
+    } else if (flag == "--fanout-rate") {
+      o.fanout_rate = std::max(1.0, number(flag.c_str(), v));
+    } else if (flag == "--fanout-seconds") {
+      o.fanout_seconds = std::max(0.1, number(flag.c_str(), v));
+    } else if (flag == "--slow-pause") {
+      o.slow_pause = std::max(0.1, number(flag.c_str(), v));
     }
   }
   return o;
@@ -554,7 +583,7 @@ Target baseline_target(BaselinePublisher& p) {
 
 // A subscriber process joined to `target`'s stream.
 std::unique_ptr<SubscriberProcess> attach(const std::string& endpoint, const Target& target) {
-  auto subscriber = std::make_unique<SubscriberProcess>(self_exe(), endpoint);
+  auto subscriber = std::make_unique<SubscriberProcess>(self_exe(), SubscriberOptions{endpoint});
   const bool joined = subscriber->wait_joined(
       [&] {
         target.call(keys()[0]);
@@ -1006,7 +1035,7 @@ ThroughputResult raw_zmq_throughput(double seconds, const std::string& payload,
     zmq_send(socket, payload.data(), payload.size(), 0);
   };
   {
-    SubscriberProcess subscriber(self_exe(), endpoint);
+    SubscriberProcess subscriber(self_exe(), SubscriberOptions{endpoint});
     if (!subscriber.wait_joined(send, std::chrono::seconds(10))) {
       throw std::runtime_error("the subscriber did not join the raw PUB");
     }
@@ -1540,6 +1569,278 @@ void burst_phase(const Options& o, const CallClock& clock) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Phase 8: fan-out
+
+// One publisher, N subscriber processes, on loopback tcp or ipc, plain or CURVE: what ZeroMQ's
+// copy of every message to every subscriber costs (delivered rates, the share each subscriber
+// received, the publisher process's CPU and memory, the callers' latency against the same run
+// with one subscriber), and what one subscriber that stops reading does to the others.
+
+// A CURVE key pair in Z85, from libzmq.
+struct KeyPair {
+  std::string public_key, secret_key;
+};
+
+KeyPair curve_keypair() {
+  char public_key[41], secret_key[41];
+  if (zmq_curve_keypair(public_key, secret_key) != 0) {
+    throw std::runtime_error("zmq_curve_keypair failed: libzmq without CURVE?");
+  }
+  return {public_key, secret_key};
+}
+
+void write_file(const std::string& path, const std::string& text, mode_t mode) {
+  std::ofstream(path) << text;
+  if (chmod(path.c_str(), mode) != 0) throw std::runtime_error("chmod " + path + " failed");
+}
+
+// A publisher of the fan-out phase and what its subscribers need to reach it.
+struct FanoutPublisher {
+  std::unique_ptr<kv::Publisher> publisher;
+  SubscriberOptions reach;           // endpoint and the server's key; each subscriber its pair
+  std::vector<KeyPair> subscribers;  // CURVE only: the pairs the allow-list holds
+  std::string directory;             // key files and the ipc socket, removed on destruction
+
+  ~FanoutPublisher() {
+    publisher.reset();
+    if (!directory.empty()) std::system(("rm -rf '" + directory + "'").c_str());
+  }
+};
+
+// A publisher on `transport` (tcp or ipc), CURVE with an allow-list of `count` subscriber keys
+// when `curve`, the default queue and send high-water mark.
+std::unique_ptr<FanoutPublisher> fanout_publisher(const std::string& transport, bool curve,
+                                                  int count) {
+  auto f = std::make_unique<FanoutPublisher>();
+  char directory[] = "/tmp/kv-events-fanout-XXXXXX";
+  if (mkdtemp(directory) == nullptr) throw std::runtime_error("mkdtemp failed");
+  f->directory = directory;
+  const std::string endpoint = transport == "ipc"
+                                   ? "ipc://" + f->directory + "/events.sock"
+                                   : "tcp://127.0.0.1:" + std::to_string(free_port());
+  kv::Config config = library_config(endpoint, 65536);
+  f->reach.endpoint = endpoint;
+  // As deep as the publisher's own per-subscriber buffer: the subscriber process holds no
+  // more than the publisher would, so a subscriber that falls behind shows as a gap.
+  f->reach.rcvhwm = static_cast<int>(config.send_hwm);
+  if (curve) {
+    const KeyPair server = curve_keypair();
+    const std::string allow = f->directory + "/allow";
+    mkdir(allow.c_str(), 0700);
+    write_file(f->directory + "/server.key",
+               "metadata\ncurve\n    public-key = \"" + server.public_key +
+                   "\"\n    secret-key = \"" + server.secret_key + "\"\n",
+               0600);
+    for (int i = 0; i < count; ++i) {
+      f->subscribers.push_back(curve_keypair());
+      write_file(allow + "/s" + std::to_string(i) + ".pub",
+                 "metadata\ncurve\n    public-key = \"" + f->subscribers.back().public_key +
+                     "\"\n",
+                 0644);
+    }
+    config.curve_secret_key_file = f->directory + "/server.key";
+    config.curve_allow = allow;
+    f->reach.server_public = server.public_key;
+  }
+  f->publisher = kv::Publisher::create(config);
+  return f;
+}
+
+struct FanoutRun {
+  std::string transport, security;
+  int subscribers = 0;
+  bool slow = false;                // subscriber 0 stopped reading for --slow-pause seconds
+  uint64_t published = 0;           // events the phase published
+  std::vector<SubscriberCounts> counts;
+  double seconds = 0;               // the producers' time
+  double cpu_per_m = 0;             // the publisher process's CPU-s per million events
+  double io_busy = 0, pub_busy = 0;  // CPU-s per second of libzmq's I/O thread, kv-events-pub
+  double p50 = 0, p99 = 0, p999 = 0;  // ns
+  double rss_before = 0, rss_after = 0;  // MB
+  uint64_t connected = 0;           // the publisher's subscribers gauge during the run
+  uint64_t send_hwm = 0;
+};
+
+FanoutRun measure_fanout(const Options& o, const CallClock& clock, const std::string& transport,
+                         bool curve, int count, bool slow) {
+  FanoutRun run;
+  run.transport = transport;
+  run.security = curve ? "curve" : "plain";
+  run.subscribers = count;
+  run.slow = slow;
+  auto f = fanout_publisher(transport, curve, count);
+  kv::Publisher& library = *f->publisher;
+  Target target = library_target(library);
+  run.send_hwm = kv::Config().send_hwm;
+  std::vector<std::unique_ptr<SubscriberProcess>> subscribers;
+  for (int i = 0; i < count; ++i) {
+    SubscriberOptions options = f->reach;
+    if (curve) {
+      options.public_key = f->subscribers[i].public_key;
+      options.secret_key = f->subscribers[i].secret_key;
+    }
+    // The slow one holds a few messages only: stopped, it stops the publisher's sends to it.
+    if (slow && i == 0) options.rcvhwm = 100;
+    subscribers.push_back(std::make_unique<SubscriberProcess>(self_exe(), options));
+  }
+  for (auto& subscriber : subscribers) {
+    const bool joined = subscriber->wait_joined(
+        [&] {
+          target.call(keys()[0]);
+          target.flush();
+        },
+        std::chrono::seconds(30));
+    if (!joined) throw std::runtime_error("a subscriber did not join " + f->reach.endpoint);
+  }
+  target.flush();
+  const uint64_t first = target.last_sequence();
+  for (auto& subscriber : subscribers) subscriber->sync(first);
+  const uint64_t published0 = library.stats().published_events;
+  run.rss_before = rss_mb();
+
+  const double seconds = slow ? o.slow_pause + o.fanout_seconds : o.fanout_seconds;
+  Timed timed;
+  timed.ticks.assign(static_cast<size_t>(o.fanout_rate * seconds * 1.25) + 4096, 0);
+  const auto threads0 = cpu_by_thread_name();
+  const double cpu0 = process_cpu_seconds();
+  const uint64_t start = steady_ns() + 20000000;
+  const uint64_t end = start + static_cast<uint64_t>(seconds * 1e9);
+  if (slow) {
+    subscribers[0]->pause(std::chrono::milliseconds(static_cast<int64_t>(o.slow_pause * 1000)));
+  }
+  run_threads(1, [&](int) {
+    const std::string_view tenant = workload().tenant, group = workload().group;
+    kv::Publisher* p = &library;
+    auto call = [p, tenant, group](std::string_view key) {
+      p->on_put_commit(tenant, key, group, kCpu);
+    };
+    if (clock.tsc) {
+      timed_producer<true>(call, o.fanout_rate, o.period_us, start, end, 0, timed);
+    } else {
+      timed_producer<false>(call, o.fanout_rate, o.period_us, start, end, 0, timed);
+    }
+  });
+  run.seconds = static_cast<double>(steady_ns() - start) / 1e9;
+  run.connected = library.stats().subscribers;
+  target.flush();
+  const double cpu = process_cpu_seconds() - cpu0;
+  const auto threads = cpu_delta(threads0, cpu_by_thread_name());
+  run.rss_after = rss_mb();
+  run.published = library.stats().published_events - published0;
+  for (auto& subscriber : subscribers) run.counts.push_back(subscriber->report(
+      target.last_sequence()));
+
+  std::sort(timed.ticks.begin(), timed.ticks.end());
+  run.p50 = clock.to_ns(static_cast<uint64_t>(percentile(timed.ticks, 0.50)));
+  run.p99 = clock.to_ns(static_cast<uint64_t>(percentile(timed.ticks, 0.99)));
+  run.p999 = clock.to_ns(static_cast<uint64_t>(percentile(timed.ticks, 0.999)));
+  run.cpu_per_m = cpu / (static_cast<double>(std::max<uint64_t>(1, run.published)) / 1e6);
+  for (const auto& [name, busy] : threads) {
+    if (name.rfind("ZMQbg/IO", 0) == 0) run.io_busy += busy / run.seconds;
+    if (name == "kv-events-pub") run.pub_busy = busy / run.seconds;
+  }
+  for (const SubscriberCounts& c : run.counts) expect_events("fanout", c);
+  return run;
+}
+
+void print_fanout(const FanoutRun& r, const FanoutRun* one) {
+  // The slow subscriber's figures are its gaps and its share only: its rate, measured over
+  // the catching up after its pause, would say nothing.
+  std::vector<double> rates, shares;
+  uint64_t gaps_others = 0, messages = 0, bytes = 0;
+  auto share = [&](const SubscriberCounts& c) {
+    return r.published ? 100.0 * static_cast<double>(c.events) / static_cast<double>(r.published)
+                       : 0;
+  };
+  for (size_t i = r.slow ? 1 : 0; i < r.counts.size(); ++i) {
+    const SubscriberCounts& c = r.counts[i];
+    rates.push_back(c.delivered_per_second());
+    shares.push_back(share(c));
+    gaps_others += c.missing;
+    messages += c.messages;
+    bytes += c.payload_bytes;
+  }
+  char slow[32] = "-";
+  if (r.slow) {
+    std::snprintf(slow, sizeof slow, "%" PRIu64 "/%.0f%%", r.counts[0].missing,
+                  share(r.counts[0]));
+  }
+  double total = 0;
+  for (double rate : rates) total += rate;
+  const double mean_message = messages ? static_cast<double>(bytes) / messages : 0;
+  auto ratio = [&](double value, double FanoutRun::*field) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%.2fx", one && one->*field > 0 ? value / (one->*field) : 1.0);
+    return std::string(text);
+  };
+  char name[32];
+  std::snprintf(name, sizeof name, "%s/%s", r.transport.c_str(), r.security.c_str());
+  std::printf("%-10s %4d%-5s %4" PRIu64 " %10s %10s %10s %6.1f%% %6.1f%% %6" PRIu64 " %10s %8.2f"
+              " %5.0f%% %5.0f%% %9s %9s %9s %6s %6s %6s %6.1f -> %-6.1f %7.2f\n",
+              name, r.subscribers, r.slow ? "+slow" : "", r.connected,
+              si(*std::min_element(rates.begin(), rates.end())).c_str(),
+              si(median(rates)).c_str(), si(total).c_str(),
+              *std::min_element(shares.begin(), shares.end()), median(shares), gaps_others,
+              slow, r.cpu_per_m, 100 * r.io_busy,
+              100 * r.pub_busy, ns_text(r.p50).c_str(), ns_text(r.p99).c_str(),
+              ns_text(r.p999).c_str(), ratio(r.p50, &FanoutRun::p50).c_str(),
+              ratio(r.p99, &FanoutRun::p99).c_str(), ratio(r.p999, &FanoutRun::p999).c_str(),
+              r.rss_before, r.rss_after,
+              static_cast<double>(r.send_hwm) * mean_message / 1048576.0);
+  std::fflush(stdout);
+}
+
+void fanout_phase(const Options& o, const CallClock& clock) {
+  std::printf(
+      "\n== Fan-out: %s calls/s offered by one producer for %.1f s into a publisher with N "
+      "subscriber processes,\n"
+      "   on loopback tcp and ipc, plain and CURVE; shape %s; the default queue and send "
+      "high-water mark (%u messages);\n"
+      "   each subscriber's receive high-water mark is the same; connected: the publisher's "
+      "subscribers gauge;\n"
+      "   delivered/s: events each subscriber received per second (min, median) and all of "
+      "them; share: the\n"
+      "   events it received of those published (min, median); gaps: sequence numbers the "
+      "subscribers missed;\n"
+      "   CPU-s/M: the publisher process's CPU (producer included) per million events; IO, "
+      "pub: busy share of\n"
+      "   libzmq's I/O thread and of kv-events-pub; latency per call and its ratio to the "
+      "1-subscriber row of the\n"
+      "   same transport and security; RSS MB before -> after; HWM MB: what the send "
+      "high-water mark can hold per\n"
+      "   subscriber (messages x their mean size). +slow: subscriber 0 (receive high-water "
+      "mark 100) stops reading\n"
+      "   for the first %.1f s of a %.1f s run; slow: its gaps / its share; the other columns "
+      "are the others', its\n"
+      "   latency ratios to the row above.\n"
+      "   Load average %s\n\n",
+      si(o.fanout_rate).c_str(), o.fanout_seconds, workload().describe().c_str(),
+      kv::Config().send_hwm, o.slow_pause, o.slow_pause + o.fanout_seconds,
+      loadavg().c_str());
+  std::printf("%-10s %9s %4s %10s %10s %10s %7s %7s %6s %10s %8s %6s %6s %9s %9s %9s %6s %6s "
+              "%6s %16s %7s\n",
+              "transport", "subs", "conn", "min/s", "median/s", "total/s", "min%", "med%",
+              "gaps", "slow", "CPU-s/M", "IO", "pub", "p50", "p99", "p99.9", "x50", "x99",
+              "x99.9", "RSS MB", "HWM MB");
+  // The slow subscriber joins the run of 16, or of the largest count when 16 is not asked.
+  const bool has16 = std::find(o.fanout.begin(), o.fanout.end(), 16) != o.fanout.end();
+  const int slow_at = has16 ? 16 : *std::max_element(o.fanout.begin(), o.fanout.end());
+  for (const char* transport : {"tcp", "ipc"}) {
+    for (const bool curve : {false, true}) {
+      std::optional<FanoutRun> one;
+      for (const int count : o.fanout) {
+        const FanoutRun run = measure_fanout(o, clock, transport, curve, count, false);
+        if (count == 1) one = run;
+        print_fanout(run, one ? &*one : nullptr);
+        if (count == slow_at && count > 1) {
+          print_fanout(measure_fanout(o, clock, transport, curve, count, true), &run);
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // --syscall-probe: the producer loop alone, for strace
 
 int syscall_probe(const Options& o) {
@@ -1595,7 +1896,11 @@ int syscall_probe(const Options& o) {
 
 int main(int argc, char** argv) {
   using namespace kv_events_bench;
-  if (argc == 3 && std::string(argv[1]) == "--subscriber") return run_subscriber(argv[2]);
+  if (argc >= 2 && std::string(argv[1]) == "--subscriber") {
+    SubscriberOptions options;
+    if (!options.parse(argc - 1, argv + 1)) usage("--subscriber EP [--rcvhwm N] [--curve S P K]");
+    return run_subscriber(options);
+  }
   signal(SIGPIPE, SIG_IGN);
   const Options o = parse(argc, argv);
   build_workload(o.shape.empty() ? shapes().front() : *find_shape(o.shape));
@@ -1630,6 +1935,8 @@ int main(int argc, char** argv) {
     if (wants(o, "removeall")) removeall_phase(o);
     std::fflush(stdout);
     if (wants(o, "burst")) burst_phase(o, clock);
+    std::fflush(stdout);
+    if (wants(o, "fanout")) fanout_phase(o, clock);
     std::printf("\ndone in %.1f s; load average %s at the end\n", now_seconds() - t0,
                 loadavg().c_str());
   } catch (const std::exception& e) {
