@@ -27,8 +27,9 @@ uint64_t monotonic_ns() {
 }
 
 // How long the subscriber waits for a sequence it was told to expect, counted from the
-// last message that arrived (a sequence lost at the publisher's high-water mark never comes).
-constexpr uint64_t kGiveUpNs = 1000000000u;
+// last message that arrived (a sequence lost at the publisher's high-water mark never comes),
+// unless the command says otherwise.
+constexpr uint64_t kGiveUpMs = 1000;
 
 // The number of events in a batch payload `[timestamp_ms, [event, ...], dp_rank]`, read from
 // the array headers only; -1 when the payload does not start that way.
@@ -144,8 +145,11 @@ class Counter {
   // Starts working on one command line.
   void command(const std::string& line) {
     uint64_t target = 0;
+    uint64_t give_up_ms = kGiveUpMs;
     char verb[16] = {};
-    if (std::sscanf(line.c_str(), "%15s %" SCNu64, verb, &target) < 1) return;
+    if (std::sscanf(line.c_str(), "%15s %" SCNu64 " %" SCNu64, verb, &target, &give_up_ms) < 1) {
+      return;
+    }
     const std::string v = verb;
     if (v == "QUIT") {
       quit_ = true;
@@ -154,6 +158,7 @@ class Counter {
     } else if (v == "SYNC" || v == "REPORT") {
       pending_ = v;
       target_ = target;
+      give_up_ns_ = give_up_ms * 1000000u;
       progress_ns_ = monotonic_ns();
     }
   }
@@ -162,7 +167,7 @@ class Counter {
   void settle() {
     if (pending_.empty()) return;
     const bool reached = have_last_ && last_ >= target_;
-    if (!reached && monotonic_ns() - progress_ns_ < kGiveUpNs) return;
+    if (!reached && monotonic_ns() - progress_ns_ < give_up_ns_) return;
     if (pending_ == "SYNC") {
       counts_ = SubscriberCounts();
       // Whatever did not arrive belongs to the phase before: count gaps from target + 1.
@@ -197,6 +202,7 @@ class Counter {
   std::string pending_;
   uint64_t target_ = 0;
   uint64_t progress_ns_ = 0;
+  uint64_t give_up_ns_ = kGiveUpMs * 1000000u;
   uint64_t paused_until_ns_ = 0;
   bool quit_ = false;
 };
@@ -380,10 +386,14 @@ bool SubscriberProcess::pause(std::chrono::milliseconds duration) {
   return send_line("PAUSE " + std::to_string(duration.count()));
 }
 
-SubscriberCounts SubscriberProcess::report(uint64_t sequence) {
+SubscriberCounts SubscriberProcess::report(uint64_t sequence, std::chrono::milliseconds give_up) {
   SubscriberCounts counts;
-  if (!send_line("REPORT " + std::to_string(sequence))) return counts;
-  const std::string line = read_line(std::chrono::seconds(60));
+  if (!send_line("REPORT " + std::to_string(sequence) + " " + std::to_string(give_up.count()))) {
+    return counts;
+  }
+  // The child answers once it has the sequence or after `give_up` of silence; a subscriber
+  // far behind may take minutes to get there, which is what the caller measures.
+  const std::string line = read_line(std::chrono::minutes(10));
   const int fields = std::sscanf(
       line.c_str(),
       "COUNTS %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64

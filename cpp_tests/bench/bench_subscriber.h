@@ -8,7 +8,8 @@
 //   parent -> child  SYNC <seq>              receive up to sequence <seq>, then zero the counts
 //   child -> parent  SYNCED <0|1>            (0: gave up after 1 s without a message)
 //   parent -> child  PAUSE <ms>              stop reading the socket for <ms> milliseconds
-//   parent -> child  REPORT <seq>            receive up to <seq>, then report (counts stay)
+//   parent -> child  REPORT <seq> [<ms>]     receive up to <seq> (or until nothing came for
+//                                            <ms>, default 1000), then report (counts stay)
 //   child -> parent  COUNTS <fields...>      see SubscriberCounts
 //   parent -> child  QUIT, or end of input   exit 0
 //
@@ -79,9 +80,10 @@ class SubscriberProcess {
   // Lets the subscriber take everything up to `sequence`, then zero its counts.
   bool sync(uint64_t sequence);
 
-  // What the subscriber received since the last sync, once it has `sequence` (or after 1 s
-  // without any message).
-  SubscriberCounts report(uint64_t sequence);
+  // What the subscriber received since the last sync, once it has `sequence` (or after
+  // `give_up` without any message).
+  SubscriberCounts report(uint64_t sequence,
+                          std::chrono::milliseconds give_up = std::chrono::seconds(1));
 
   // Makes the subscriber stop reading its socket for `duration` (it answers nothing).
   bool pause(std::chrono::milliseconds duration);

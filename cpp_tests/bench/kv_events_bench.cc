@@ -202,7 +202,9 @@ struct Options {
   std::vector<int> fanout = {1, 4, 16, 64};  // subscriber counts of the fan-out phase
   double fanout_rate = 100000;               // calls/s offered in the fan-out phase
   double fanout_seconds = 3;                 // one fan-out measurement
-  double slow_pause = 5;                     // seconds the slow subscriber stops reading
+  double slow_rate = 5000;                   // calls/s offered with the slow subscriber
+  double slow_pause = 5;                     // least seconds the slow subscriber stops reading
+  double slow_pause_max = 60;                // most seconds it stops reading
   std::vector<std::string> phases = {"memory", "latency",   "throughput", "sustained",
                                      "flood",  "removeall", "burst",      "fanout"};
   // --syscall-probe
@@ -256,7 +258,10 @@ Reports only; asserts nothing about time.
   --fanout LIST      subscriber counts of the fan-out phase (default 1,4,16,64)
   --fanout-rate R    calls/s offered in the fan-out phase (default 100000)
   --fanout-seconds S seconds of one fan-out measurement (default 3)
-  --slow-pause S     seconds the fan-out phase's slow subscriber stops reading (default 5)
+  --slow-rate R      calls/s offered in the fan-out phase's slow-subscriber runs, a rate 16
+                     subscribers keep up with, CURVE included (default 5000)
+  --slow-pause S     least seconds the slow subscriber stops reading; longer when the send
+                     high-water mark needs longer to fill (default 5)
   --phases LIST      any of memory,latency,throughput,sustained,flood,removeall,burst,fanout
                      (default all, run in that order)
   --shape NAME       tenant, key and group of every call in every phase and in the syscall
@@ -317,7 +322,7 @@ Options parse(int argc, char** argv) {
                flag == "--probe-rate" || flag == "--probe-warmup" || flag == "--shape" ||
                flag == "--removeall-calls" || flag == "--burst-calls" ||
                flag == "--burst-threads" || flag == "--fanout" || flag == "--fanout-rate" ||
-               flag == "--fanout-seconds" || flag == "--slow-pause") {
+               flag == "--fanout-seconds" || flag == "--slow-rate" || flag == "--slow-pause") {
       explicit_values.emplace_back(flag, value());
     } else {
       usage(("unknown option " + flag).c_str());
@@ -339,10 +344,12 @@ Options parse(int argc, char** argv) {
     o.search_steps = 1;
     o.flood_seconds = 1;
     o.removeall_calls = 20000;
-    o.fanout = {1, 4};
+    o.fanout = {2};
     o.fanout_rate = 20000;
     o.fanout_seconds = 0.2;
+    o.slow_rate = 5000;
     o.slow_pause = 0.2;
+    o.slow_pause_max = 0.2;  // the smoke test checks that the runs run, not that it loses
   }
   // Explicit flags win over the mode's values, whatever their order.
   for (const auto& [flag, text] : explicit_values) {
@@ -403,6 +410,8 @@ Options parse(int argc, char** argv) {
       o.fanout_rate = std::max(1.0, number(flag.c_str(), v));
     } else if (flag == "--fanout-seconds") {
       o.fanout_seconds = std::max(0.1, number(flag.c_str(), v));
+    } else if (flag == "--slow-rate") {
+      o.slow_rate = std::max(1.0, number(flag.c_str(), v));
     } else if (flag == "--slow-pause") {
       o.slow_pause = std::max(0.1, number(flag.c_str(), v));
     }
@@ -1649,8 +1658,11 @@ std::unique_ptr<FanoutPublisher> fanout_publisher(const std::string& transport, 
 struct FanoutRun {
   std::string transport, security;
   int subscribers = 0;
-  bool slow = false;                // subscriber 0 stopped reading for --slow-pause seconds
+  double rate = 0;                  // calls/s offered
+  double pause = 0;                 // seconds subscriber 0 stopped reading; 0: none did
+  bool slow() const { return pause > 0; }
   uint64_t published = 0;           // events the phase published
+  uint64_t batches = 0;             // messages the phase published
   std::vector<SubscriberCounts> counts;
   double seconds = 0;               // the producers' time
   double cpu_per_m = 0;             // the publisher process's CPU-s per million events
@@ -1661,13 +1673,17 @@ struct FanoutRun {
   uint64_t send_hwm = 0;
 };
 
+// One run: `count` subscribers, `rate` calls/s for o.fanout_seconds; with `pause` > 0,
+// subscriber 0 stops reading for the first `pause` seconds, which the run lasts longer.
 FanoutRun measure_fanout(const Options& o, const CallClock& clock, const std::string& transport,
-                         bool curve, int count, bool slow) {
+                         bool curve, int count, double rate, double pause) {
   FanoutRun run;
   run.transport = transport;
   run.security = curve ? "curve" : "plain";
   run.subscribers = count;
-  run.slow = slow;
+  run.rate = rate;
+  run.pause = pause;
+  const bool slow = pause > 0;
   auto f = fanout_publisher(transport, curve, count);
   kv::Publisher& library = *f->publisher;
   Target target = library_target(library);
@@ -1696,18 +1712,17 @@ FanoutRun measure_fanout(const Options& o, const CallClock& clock, const std::st
   const uint64_t first = target.last_sequence();
   for (auto& subscriber : subscribers) subscriber->sync(first);
   const uint64_t published0 = library.stats().published_events;
+  const uint64_t batches0 = library.stats().published_batches;
   run.rss_before = rss_mb();
 
-  const double seconds = slow ? o.slow_pause + o.fanout_seconds : o.fanout_seconds;
+  const double seconds = pause + o.fanout_seconds;
   Timed timed;
-  timed.ticks.assign(static_cast<size_t>(o.fanout_rate * seconds * 1.25) + 4096, 0);
+  timed.ticks.assign(static_cast<size_t>(rate * seconds * 1.25) + 4096, 0);
   const auto threads0 = cpu_by_thread_name();
   const double cpu0 = process_cpu_seconds();
   const uint64_t start = steady_ns() + 20000000;
   const uint64_t end = start + static_cast<uint64_t>(seconds * 1e9);
-  if (slow) {
-    subscribers[0]->pause(std::chrono::milliseconds(static_cast<int64_t>(o.slow_pause * 1000)));
-  }
+  if (slow) subscribers[0]->pause(std::chrono::milliseconds(static_cast<int64_t>(pause * 1000)));
   run_threads(1, [&](int) {
     const std::string_view tenant = workload().tenant, group = workload().group;
     kv::Publisher* p = &library;
@@ -1715,9 +1730,9 @@ FanoutRun measure_fanout(const Options& o, const CallClock& clock, const std::st
       p->on_put_commit(tenant, key, group, kCpu);
     };
     if (clock.tsc) {
-      timed_producer<true>(call, o.fanout_rate, o.period_us, start, end, 0, timed);
+      timed_producer<true>(call, rate, o.period_us, start, end, 0, timed);
     } else {
-      timed_producer<false>(call, o.fanout_rate, o.period_us, start, end, 0, timed);
+      timed_producer<false>(call, rate, o.period_us, start, end, 0, timed);
     }
   });
   run.seconds = static_cast<double>(steady_ns() - start) / 1e9;
@@ -1727,8 +1742,12 @@ FanoutRun measure_fanout(const Options& o, const CallClock& clock, const std::st
   const auto threads = cpu_delta(threads0, cpu_by_thread_name());
   run.rss_after = rss_mb();
   run.published = library.stats().published_events - published0;
-  for (auto& subscriber : subscribers) run.counts.push_back(subscriber->report(
-      target.last_sequence()));
+  run.batches = library.stats().published_batches - batches0;
+  // Subscribers far behind (64 of them on a small machine) may take a while between two
+  // messages as they catch up: only 10 s of silence ends a report.
+  for (auto& subscriber : subscribers) {
+    run.counts.push_back(subscriber->report(target.last_sequence(), std::chrono::seconds(10)));
+  }
 
   std::sort(timed.ticks.begin(), timed.ticks.end());
   run.p50 = clock.to_ns(static_cast<uint64_t>(percentile(timed.ticks, 0.50)));
@@ -1752,7 +1771,7 @@ void print_fanout(const FanoutRun& r, const FanoutRun* one) {
     return r.published ? 100.0 * static_cast<double>(c.events) / static_cast<double>(r.published)
                        : 0;
   };
-  for (size_t i = r.slow ? 1 : 0; i < r.counts.size(); ++i) {
+  for (size_t i = r.slow() ? 1 : 0; i < r.counts.size(); ++i) {
     const SubscriberCounts& c = r.counts[i];
     rates.push_back(c.delivered_per_second());
     shares.push_back(share(c));
@@ -1761,9 +1780,9 @@ void print_fanout(const FanoutRun& r, const FanoutRun* one) {
     bytes += c.payload_bytes;
   }
   char slow[32] = "-";
-  if (r.slow) {
-    std::snprintf(slow, sizeof slow, "%" PRIu64 "/%.0f%%", r.counts[0].missing,
-                  share(r.counts[0]));
+  if (r.slow()) {
+    std::snprintf(slow, sizeof slow, "%" PRIu64 "/%.0f%%/%.1fs", r.counts[0].missing,
+                  share(r.counts[0]), r.pause);
   }
   double total = 0;
   for (double rate : rates) total += rate;
@@ -1775,9 +1794,9 @@ void print_fanout(const FanoutRun& r, const FanoutRun* one) {
   };
   char name[32];
   std::snprintf(name, sizeof name, "%s/%s", r.transport.c_str(), r.security.c_str());
-  std::printf("%-10s %4d%-5s %4" PRIu64 " %10s %10s %10s %6.1f%% %6.1f%% %6" PRIu64 " %10s %8.2f"
+  std::printf("%-10s %7s %4d%-5s %4" PRIu64 " %10s %10s %10s %6.1f%% %6.1f%% %6" PRIu64 " %14s %8.2f"
               " %5.0f%% %5.0f%% %9s %9s %9s %6s %6s %6s %6.1f -> %-6.1f %7.2f\n",
-              name, r.subscribers, r.slow ? "+slow" : "", r.connected,
+              name, si(r.rate).c_str(), r.subscribers, r.slow() ? "+slow" : "", r.connected,
               si(*std::min_element(rates.begin(), rates.end())).c_str(),
               si(median(rates)).c_str(), si(total).c_str(),
               *std::min_element(shares.begin(), shares.end()), median(shares), gaps_others,
@@ -1789,6 +1808,9 @@ void print_fanout(const FanoutRun& r, const FanoutRun* one) {
               static_cast<double>(r.send_hwm) * mean_message / 1048576.0);
   std::fflush(stdout);
 }
+
+void slow_subscriber_runs(const Options& o, const CallClock& clock, const char* transport,
+                          bool curve);
 
 void fanout_phase(const Options& o, const CallClock& clock) {
   std::printf(
@@ -1808,36 +1830,59 @@ void fanout_phase(const Options& o, const CallClock& clock) {
       "1-subscriber row of the\n"
       "   same transport and security; RSS MB before -> after; HWM MB: what the send "
       "high-water mark can hold per\n"
-      "   subscriber (messages x their mean size). +slow: subscriber 0 (receive high-water "
-      "mark 100) stops reading\n"
-      "   for the first %.1f s of a %.1f s run; slow: its gaps / its share; the other columns "
-      "are the others', its\n"
-      "   latency ratios to the row above.\n"
-      "   Load average %s\n\n",
+      "   subscriber (messages x their mean size). After each transport and security: a run "
+      "at %s calls/s, then\n"
+      "   the same with a slow subscriber (+slow): subscriber 0 (receive high-water mark 100) "
+      "stops reading for the\n"
+      "   first seconds of the run (at least %.1f s, as long as the row above's message rate "
+      "needs to overflow the\n"
+      "   send high-water mark and 8 MiB of socket buffers); slow: its gaps / share / pause (the "
+      "messages dropped\n"
+      "   while it drained its backlog at the end of the run show in its share, not as a gap: "
+      "no later message came); the "
+      "other columns are the\n"
+      "   others', the latency ratios to the row above. Load average %s\n\n",
       si(o.fanout_rate).c_str(), o.fanout_seconds, workload().describe().c_str(),
-      kv::Config().send_hwm, o.slow_pause, o.slow_pause + o.fanout_seconds,
-      loadavg().c_str());
-  std::printf("%-10s %9s %4s %10s %10s %10s %7s %7s %6s %10s %8s %6s %6s %9s %9s %9s %6s %6s "
+      kv::Config().send_hwm, si(o.slow_rate).c_str(), o.slow_pause, loadavg().c_str());
+  std::printf("%-10s %7s %9s %4s %10s %10s %10s %7s %7s %6s %14s %8s %6s %6s %9s %9s %9s %6s %6s "
               "%6s %16s %7s\n",
-              "transport", "subs", "conn", "min/s", "median/s", "total/s", "min%", "med%",
+              "transport", "calls/s", "subs", "conn", "min/s", "median/s", "total/s", "min%", "med%",
               "gaps", "slow", "CPU-s/M", "IO", "pub", "p50", "p99", "p99.9", "x50", "x99",
               "x99.9", "RSS MB", "HWM MB");
-  // The slow subscriber joins the run of 16, or of the largest count when 16 is not asked.
-  const bool has16 = std::find(o.fanout.begin(), o.fanout.end(), 16) != o.fanout.end();
-  const int slow_at = has16 ? 16 : *std::max_element(o.fanout.begin(), o.fanout.end());
   for (const char* transport : {"tcp", "ipc"}) {
     for (const bool curve : {false, true}) {
       std::optional<FanoutRun> one;
       for (const int count : o.fanout) {
-        const FanoutRun run = measure_fanout(o, clock, transport, curve, count, false);
+        const FanoutRun run = measure_fanout(o, clock, transport, curve, count, o.fanout_rate, 0);
         if (count == 1) one = run;
         print_fanout(run, one ? &*one : nullptr);
-        if (count == slow_at && count > 1) {
-          print_fanout(measure_fanout(o, clock, transport, curve, count, true), &run);
-        }
       }
+      slow_subscriber_runs(o, clock, transport, curve);
     }
   }
+}
+
+// One subscriber that stops reading among 16 (or the largest count asked), at a rate the
+// others keep up with: a run without it, then one with it, stopped long enough to overflow
+// the publisher's send high-water mark and the kernel's socket buffers at the message rate
+// the first run measured.
+void slow_subscriber_runs(const Options& o, const CallClock& clock, const char* transport,
+                          bool curve) {
+  const bool has16 = std::find(o.fanout.begin(), o.fanout.end(), 16) != o.fanout.end();
+  const int count = has16 ? 16 : *std::max_element(o.fanout.begin(), o.fanout.end());
+  if (count < 2) return;
+  const FanoutRun steady = measure_fanout(o, clock, transport, curve, count, o.slow_rate, 0);
+  print_fanout(steady, nullptr);
+  const double messages_per_second = static_cast<double>(steady.batches) / steady.seconds;
+  uint64_t bytes = 0, messages = 0;
+  for (const SubscriberCounts& c : steady.counts) bytes += c.payload_bytes, messages += c.messages;
+  const double mean_message = messages ? static_cast<double>(bytes) / messages : 1;
+  const double to_overflow = static_cast<double>(kv::Config().send_hwm) + 100 +
+                             8.0 * 1048576 / mean_message;
+  const double pause =
+      std::min(o.slow_pause_max,
+               std::max(o.slow_pause, 1.25 * to_overflow / std::max(1.0, messages_per_second)));
+  print_fanout(measure_fanout(o, clock, transport, curve, count, o.slow_rate, pause), &steady);
 }
 
 // ---------------------------------------------------------------------------------------------
