@@ -3,7 +3,8 @@
 #   1. kv_events_bench, the C++ benchmark through include/mooncake/kv_events.h, built in Release
 #      with ENABLE_KV_EVENTS=ON in build/bench (hot path against an in-run baseline, publishing
 #      thread against a plain libzmq PUB, sustained rate, CPU, memory, a RemoveAll's burst,
-#      a flat-out burst of 200,000 timed calls into the default queue at 1 and 2 producers),
+#      a flat-out burst of 200,000 timed calls into the default queue at 1 and 2 producers,
+#      fan-out to 1, 4, 16 and 64 subscriber processes and one slow subscriber among 16),
 #      once, or once per key shape with --shapes;
 #   2. cargo bench --features bench: the criterion benches (encoding alone, Rust-side hot path).
 #

@@ -237,7 +237,8 @@ struct Options {
 Benchmarks mooncake/kv_events.h with a subscriber in a child process, on 127.0.0.1.
 Reports only; asserts nothing about time.
 
-  --quick            a run of about a minute: 0.5 s latency phases, --duration 2, 5 s flood
+  --quick            a run of about two minutes: 0.5 s latency phases, --duration 2, 5 s flood,
+                     fan-out to 1, 4 and 16 subscribers for 1 s each
   --smoke            a few seconds: every phase once, tiny; exits 1 if the subscriber missed
                      every event of a phase (for ctest)
   --threads LIST     producer threads of the latency phases (default 1,2,4)
@@ -333,6 +334,7 @@ Options parse(int argc, char** argv) {
     o.throughput_seconds = 1;
     o.duration = 2;
     o.flood_seconds = 5;
+    o.fanout = {1, 4, 16};
     o.fanout_seconds = 1;
     o.slow_pause = 2;
   } else if (o.mode == "smoke") {
