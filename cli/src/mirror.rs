@@ -100,8 +100,7 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
             if let Some(path) = &args.dump {
                 write_dump(path, &chosen(&follower, args.union).1)?;
             }
-            // A late summary (a slow machine) starts the next interval now.
-            next_summary = (next_summary + args.every).max(now + args.every / 2);
+            next_summary = next_due(next_summary, args.every, Instant::now());
         }
         let mut wait = POLL.min(next_summary.saturating_duration_since(now));
         if let Some(deadline) = deadline {
@@ -143,6 +142,14 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     } else {
         Err("the index written is not in sync with its publisher".into())
     }
+}
+
+/// When the summary after the one due at `due` is due, the one at `due` having finished at
+/// `finished`: an interval later, or, when the summary (and the dump of a large index) took
+/// longer than that, half an interval after it finished, so that the mirror always has time
+/// to read between two dumps instead of dumping back to back and falling behind the stream.
+fn next_due(due: Instant, every: Duration, finished: Instant) -> Instant {
+    (due + every).max(finished + every / 2)
 }
 
 /// The index to write: the union (in sync when every publisher is), or the index of the
@@ -269,4 +276,24 @@ fn summary(follower: &Follower, names: &[String], elapsed: Duration) -> String {
         );
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_due;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_summary_that_outlasts_its_interval_leaves_half_an_interval_to_read() {
+        let every = Duration::from_secs(2);
+        let due = Instant::now();
+        // On time: the next one an interval later.
+        assert_eq!(
+            next_due(due, every, due + Duration::from_millis(10)),
+            due + every
+        );
+        // A dump of 2.3 s: not due at once, but 1 s after it finished.
+        let finished = due + Duration::from_millis(2300);
+        assert_eq!(next_due(due, every, finished), finished + every / 2);
+    }
 }
