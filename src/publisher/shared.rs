@@ -101,7 +101,9 @@ impl Drop for Shared {
 mod tests {
     use super::super::queue::tests::object;
     use super::super::queue::EventQueue;
+    use super::super::record::ObjectEvents;
     use super::*;
+    use crate::{Medium, MediumSet};
     use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
