@@ -180,6 +180,11 @@ impl Listeners {
             if Name::of(*fd, false).as_ref() != Some(name) {
                 continue;
             }
+            // libzmq's I/O thread accepts on the same listener and may take a connection seen
+            // waiting here before this accept runs; a blocking accept would then wait for the
+            // next connection and hold up the publisher's shutdown (seen: a test's child that
+            // never exited). Non-blocking, it says EAGAIN, which libzmq's own accept handles.
+            set_nonblocking(*fd);
             while refused < 4096 && readable(*fd) {
                 // SAFETY: accept4 on a listening socket, with no address wanted back.
                 let taken = unsafe {
@@ -412,6 +417,16 @@ fn readable(fd: RawFd) -> bool {
     ready == 1 && poll.revents & libc::POLLIN != 0
 }
 
+fn set_nonblocking(fd: RawFd) {
+    // SAFETY: fcntl reads and sets the file status flags of a descriptor; nothing else.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 && flags & libc::O_NONBLOCK == 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
 fn open_reserve() -> Option<OwnedFd> {
     std::fs::File::open("/dev/null").ok().map(OwnedFd::from)
 }
@@ -420,6 +435,29 @@ fn open_reserve() -> Option<OwnedFd> {
 mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
+
+    #[test]
+    fn refusing_queued_connections_never_blocks_on_the_listener() {
+        // A blocking listener, as libzmq's may be: the connection it holds is taken and
+        // closed, and the listener is left non-blocking, so that an accept that loses a race
+        // with libzmq's own returns at once instead of waiting for the next connection.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let listeners = Listeners::default();
+        listeners.add(listener.as_raw_fd());
+        let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        while !readable(listener.as_raw_fd()) {
+            std::thread::yield_now();
+        }
+        assert_eq!(listeners.refuse_queued(), 1);
+        assert_eq!(listeners.refuse_queued(), 0);
+        // SAFETY: reads the file status flags of a descriptor this test owns.
+        let flags = unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_GETFL) };
+        assert_ne!(flags & libc::O_NONBLOCK, 0);
+        assert_eq!(
+            listener.accept().unwrap_err().kind(),
+            std::io::ErrorKind::WouldBlock
+        );
+    }
 
     #[test]
     fn a_cut_shuts_down_a_listeners_connection_and_nothing_else() {
