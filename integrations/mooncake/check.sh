@@ -15,7 +15,16 @@
 #     with what those operations publish; then again with CURVE and an allow-list, where a
 #     second tail whose key is not on the list must be refused, counted, and read nothing;
 #  6. starts the OFF master with --enable_kv_events=true and checks it says once, in its
-#     log, that events are not built in.
+#     log, that events are not built in;
+#  7. soak: soak.py, SOAK_RUNS times with different seeds: the real master with events and
+#     the replay socket on, three real clients of three tenants running a random mix under
+#     eviction, leases and RemoveAll, three subscribers (kv-events mirror from the start, one
+#     joining late, the example indexer losing messages), a master restart in the middle;
+#     every subscriber's index must equal what the master holds, through Mooncake's API.
+#
+#   integrations/mooncake/check.sh soak MOONCAKE_DIR
+#
+# runs the soak alone (on the build directories as they are, building what it needs).
 #
 # Nothing is written into MOONCAKE_DIR beyond the patches and the link, nor into this checkout:
 # builds, logs and the kv-events binary go under CHECK_DIR. Settings (environment):
@@ -25,6 +34,8 @@
 #   JOBS               build parallelism (default: nproc)
 #   SKIP_BUILD=1       reuse the build directories as they are
 #   SKIP_TESTS=1       skip Mooncake's test binaries (install and live checks only)
+#   SOAK_RUNS          soak runs in a row, each with its own seed (default 3)
+#   SOAK_SECONDS       workload time of one soak run, split between its two phases (default 70)
 # Exit status: 0 when every step passed; the first failing step stops the run.
 set -euo pipefail
 
@@ -36,7 +47,12 @@ die() {
   exit 1
 }
 
-[ $# -eq 1 ] || die "usage: check.sh MOONCAKE_DIR"
+only=
+if [ $# -eq 2 ] && [ "$1" = soak ]; then
+  only=$1
+  shift
+fi
+[ $# -eq 1 ] || die "usage: check.sh [soak] MOONCAKE_DIR"
 mooncake=$(cd "$1" 2>/dev/null && pwd) || die "$1 is not a directory"
 check_dir=${CHECK_DIR:-$(dirname "$mooncake")/mooncake-kv-events-check}
 mkdir -p "$check_dir"
@@ -55,7 +71,7 @@ fi
 jobs=${JOBS:-$(nproc)}
 
 log="$check_dir/check.log"
-: >"$log"
+[ -n "$only" ] || : >"$log"
 summary=()
 step() { # step NAME COMMAND...: runs COMMAND, its output in CHECK_DIR/NAME.log, timed
   local name=$1 start=$SECONDS
@@ -97,16 +113,49 @@ build() { # build BUILD_DIR TARGET...
 }
 on="$check_dir/build-on"
 off="$check_dir/build-off"
-if [ "${SKIP_BUILD:-0}" != 1 ]; then
+if [ -n "$only" ]; then
+  # The soak alone: what it runs, built on the ON build directory as it is.
+  [ -f "$on/build.ninja" ] || step configure-on configure "$on" ON
+  step build-soak build "$on" mooncake_master kv_events_soak_client
+elif [ "${SKIP_BUILD:-0}" != 1 ]; then
   step configure-on configure "$on" ON
   step build-on build "$on" mooncake_master mooncake_client master_service_test \
-    master_service_kv_events_test clientctl
+    master_service_kv_events_test clientctl kv_events_soak_client
   step configure-off configure "$off" OFF
   step build-off build "$off" mooncake_master master_service_test master_service_kv_events_test
 fi
 # An ON configure must not have written into this checkout (cargo's target dir is the build's).
 [ -d "$on/mooncake-kv-events/cargo/release" ] ||
   die "cargo's target directory is not under $on"
+
+kv_events="$check_dir/cargo/release/kv-events"
+build_cli() {
+  # From the crate's directory, so that its .cargo/config.toml links the system libzmq (built
+  # with CURVE) rather than the copy zmq-sys would compile without it.
+  (cd "$kit_root" && CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
+    --bin kv-events)
+}
+
+soak_check() { # SOAK_RUNS runs of soak.py, each with its own seed; all must pass
+  build_cli
+  /usr/bin/python3 -c 'import zmq, msgpack' ||
+    { echo "the soak's indexer needs python3-zmq and python3-msgpack (apt)" >&2; return 1; }
+  local run
+  for run in $(seq 1 "${SOAK_RUNS:-3}"); do
+    echo "--- soak run $run"
+    rm -rf "$check_dir/soak/run-$run"
+    SOAK_SEED=$run python3 "$here/soak.py" --master "$on/mooncake-store/src/mooncake_master" \
+      --client "$on/mooncake-store/tests/e2e/kv_events_soak_client" --kv-events "$kv_events" \
+      --indexer "$kit_root/examples/python/indexer.py" --out "$check_dir/soak/run-$run"
+  done
+}
+if [ -n "$only" ]; then
+  step soak soak_check
+  echo
+  echo "check.sh: the soak passed (logs in $check_dir/soak)"
+  printf '%s\n' "${summary[@]}"
+  exit 0
+fi
 
 # --- 3. the tests
 gtest() { # gtest BUILD_DIR BINARY: runs one of Mooncake's test binaries from its directory
@@ -166,14 +215,10 @@ start_master() { # start_master MASTER LOG FLAG...: starts a master on fresh por
   wait_for 30 curl -sf "http://127.0.0.1:$metrics_port/health"
 }
 
-kv_events="$check_dir/cargo/release/kv-events"
 live_check() { # live_check plain|curve: curve adds the security flags, an admitted and a refused tail
   local variant=$1 out="$check_dir/$1"
   rm -rf "$out" && mkdir -p "$out"
-  # From the crate's directory, so that its .cargo/config.toml links the system libzmq (built
-  # with CURVE) rather than the copy zmq-sys would compile without it.
-  (cd "$kit_root" && CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
-    --bin kv-events)
+  build_cli
   local endpoint security=() admitted=()
   endpoint="tcp://127.0.0.1:$(free_port)"
   if [ "$variant" = curve ]; then
@@ -248,6 +293,9 @@ off_check() {
   [ "$(grep -c 'built with ENABLE_KV_EVENTS=OFF' "$check_dir/master-off.out")" -eq 1 ]
 }
 step live-off off_check
+
+# --- 7. the soak
+step soak soak_check
 
 echo
 echo "check.sh: all passed (logs in $check_dir)"
