@@ -12,8 +12,8 @@ what the master holds, read through Mooncake's own API, key by key and medium by
   --indexer    this project's examples/python/indexer.py (run with /usr/bin/python3, which
                needs python3-zmq and python3-msgpack)
 
-Phase 1 (half of --seconds): master A; three clients (tenants t1, t2, t3) each mounting a
-small segment (so that the master evicts) run Put, BatchPut, Upsert, Get and Query (which take
+Phase 1 (half of --seconds): master A; four clients (tenants t1, t2, t3, and t1 again, whose
+Puts race the other's RemoveAll) each mounting a small segment (so that the master evicts) run Put, BatchPut, Upsert, Get and Query (which take
 leases), Remove, RemoveByRegex and RemoveAll; `mirror-start` and `indexer-lossy` (the example
 indexer with a receive high-water mark of 16, stopped for 6 s mid-phase) follow from the start,
 `mirror-late` joins mid-phase. At its end, while the clients hold their segments, the mirrors
@@ -40,6 +40,8 @@ import urllib.request
 import zlib
 
 TENANTS = ["t1", "t2", "t3"]
+# One client per tenant, and a second one in t1: its Puts race the first one's RemoveAll.
+CLIENT_TENANTS = ["t1", "t2", "t3", "t1"]
 MIX_FULL = "put:300,batchput:100,upsert:100,get:150,query:100,remove:150,regex:20,removeall:2"
 MIX_NO_UPSERT = "put:350,batchput:120,get:150,query:100,remove:150,regex:20,removeall:2"
 
@@ -106,15 +108,15 @@ class Soak:
     def start_clients(self, phase, mix, seconds):
         hold = os.path.join(self.out, f"{phase}.hold")
         clients = []
-        for i, tenant in enumerate(TENANTS):
-            stats = os.path.join(self.out, f"{phase}-client-{tenant}.json")
+        for i, tenant in enumerate(CLIENT_TENANTS):
+            stats = os.path.join(self.out, f"{phase}-client-{i}-{tenant}.json")
             argv = [self.args.client, "--mode=work", f"--tenant={tenant}",
                     f"--master_server_entry=127.0.0.1:{self.rpc_port}",
                     f"--host=127.0.0.1:{free_port()}", f"--seconds={seconds}",
-                    f"--seed={zlib.crc32(f'{phase}/{tenant}/{self.args.seed}'.encode())}",
+                    f"--seed={zlib.crc32(f'{phase}/{i}/{self.args.seed}'.encode())}",
                     f"--segment_mb={self.args.segment_mb}", f"--key_space={self.args.key_space}",
                     f"--mix={mix}", f"--stats={stats}", f"--hold_file={hold}"]
-            clients.append((self.spawn(f"{phase}-client-{tenant}", argv), stats))
+            clients.append((self.spawn(f"{phase}-client-{i}-{tenant}", argv), stats))
         return clients, hold
 
     def wait_mixes(self, clients, seconds):
