@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The project's example indexer (examples/python/indexer.py) with a small receive high-water
-mark on its SUB socket, for the soak: stopped for seconds (SIGSTOP), it loses messages, and must
+mark and a 4 KiB kernel receive buffer on its SUB socket, for the soak (whose master holds at
+most kv_events_send_hwm messages for a subscriber that does not read): stopped for seconds (SIGSTOP), it loses messages, and must
 get back to the master's state by replay or snapshot like any indexer.
 
     lossy_indexer.py INDEXER_PY RCVHWM [indexer.py arguments...]
@@ -25,6 +26,9 @@ def main():
         def setsockopt(self, option, value):
             if option == zmq.RCVHWM and self.type == zmq.SUB:
                 value = hwm
+                # A small kernel buffer too, or the TCP buffers on both sides would hold what
+                # a stopped subscriber does not read (megabytes) and nothing would be lost.
+                super().setsockopt(zmq.RCVBUF, 4096)
             return super().setsockopt(option, value)
 
     class Context(zmq.Context):

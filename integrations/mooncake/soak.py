@@ -15,7 +15,8 @@ what the master holds, read through Mooncake's own API, key by key and medium by
 Phase 1 (half of --seconds): master A; four clients (tenants t1, t2, t3, and t1 again, whose
 Puts race the other's RemoveAll) each mounting a small segment (so that the master evicts) run Put, BatchPut, Upsert, Get and Query (which take
 leases), Remove, RemoveByRegex and RemoveAll; `mirror-start` and `indexer-lossy` (the example
-indexer with a receive high-water mark of 16, stopped for 6 s mid-phase) follow from the start,
+indexer with a receive high-water mark of 16 and a 4 KiB socket buffer, stopped for 6 s
+mid-phase; the master holds at most 100 messages for it) follow from the start,
 `mirror-late` joins mid-phase. At its end, while the clients hold their segments, the mirrors
 are compared with master A's truth. Then master A is killed (SIGKILL) and master B started on
 the same ports: a new incarnation holding nothing. Phase 2: fresh clients run the mix without
@@ -87,7 +88,11 @@ class Soak:
                 "--enable_multi_tenants=true", f"--tenant_quota_connector_uri={self.quota}",
                 "--enable_kv_events=true", f"--kv_events_bind_endpoint={self.events}",
                 f"--kv_events_replay_endpoint={self.replay}",
-                "--kv_events_backend_id=soak", "--kv_events_model_name=soak-model"]
+                "--kv_events_backend_id=soak", "--kv_events_model_name=soak-model",
+                # At most 100 messages held for a subscriber that is not reading: a stopped
+                # subscriber loses messages within a second or two instead of after the
+                # kernel's buffers (megabytes) filled.
+                "--kv_events_send_hwm=100"]
         proc = self.spawn(name, argv)
         deadline = time.time() + 30
         while time.time() < deadline:
