@@ -14,6 +14,8 @@
 #     with `kv-events tail`, and compares what arrived, the status endpoint and the metrics
 #     with what those operations publish; then again with CURVE and an allow-list, where a
 #     second tail whose key is not on the list must be refused, counted, and read nothing;
+#     then with the replay socket on: a mirror joining after the Puts holds what the master
+#     lists, through a snapshot, counted in the status and the metrics;
 #  6. starts the OFF master with --enable_kv_events=true and checks it says once, in its
 #     log, that events are not built in;
 #  7. soak: soak.py, SOAK_RUNS times with different seeds: the real master with events and
@@ -343,7 +345,56 @@ live_check() { # live_check plain|curve: curve adds the security flags, an admit
     fi
   fi
 }
+# The replay socket on the real master: a mirror that joins after the Puts holds exactly what
+# the master lists, through a snapshot; the status and the metrics carry the incarnation and
+# the snapshot counters.
+live_replay_check() {
+  local out="$check_dir/replay"
+  rm -rf "$out" && mkdir -p "$out"
+  build_cli
+  local endpoint replay
+  endpoint="tcp://127.0.0.1:$(free_port)"
+  replay="tcp://127.0.0.1:$(free_port)"
+  start_master "$prefix/bin/mooncake_master" "$out/master.out" --enable_kv_events=true \
+    --kv_events_bind_endpoint="$endpoint" --kv_events_replay_endpoint="$replay" \
+    --kv_events_backend_id=replay-check
+  local script=("create c1 $(free_port)" "mount c1 seg1 67108864")
+  local i
+  for i in $(seq 1 20); do script+=("put c1 r$i v$i"); done
+  for i in 3 7 11 15 19; do script+=("delete c1 r$i"); done
+  script+=("sleep 20" "terminate") # the client holds its segment while the mirror joins
+  printf '%s\n' "${script[@]}" |
+    "$on/mooncake-store/tests/e2e/clientctl" --master_server_entry="127.0.0.1:$rpc_port" \
+      --engine_meta_url=P2PHANDSHAKE --protocol=tcp >"$out/clientctl.out" 2>"$out/clientctl.err" &
+  local client=$!
+  pids+=("$client")
+  # The truth: the admin endpoint's keys (memory replicas only here: cpu).
+  wait_for 30 test "$(curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | grep -c .)" -eq 15
+  curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | sort >"$out/truth.txt"
+  "$kv_events" mirror "$endpoint" --replay-endpoint "$replay" --duration 4 \
+    --dump "$out/mirror.jsonl" 2>"$out/mirror.err"
+  cat "$out/mirror.err"
+  python3 - "$out/mirror.jsonl" "$out/truth.txt" <<'PY'
+import json, sys
+index = {(o["tenant"], o["key"], m) for o in map(json.loads, open(sys.argv[1])) for m in o["media"]}
+truth = {("default", k.strip(), "cpu") for k in open(sys.argv[2]) if k.strip()}
+print(f"mirror {len(index)} holdings, master {len(truth)}")
+sys.exit(0 if index == truth and len(truth) == 15 else 1)
+PY
+  curl -sf "http://127.0.0.1:$metrics_port/kv_events/status" | tee "$out/status.json"
+  echo
+  grep -q '"snapshots_served":1' "$out/status.json"
+  grep -q '"snapshot_objects":15' "$out/status.json"
+  grep -q '"incarnation":' "$out/status.json"
+  curl -sf "http://127.0.0.1:$metrics_port/metrics" >"$out/metrics.txt"
+  grep -E '^mooncake_kv_events_(snapshots_served_total|snapshot_objects_total|replay_requests_total|incarnation_info)' "$out/metrics.txt"
+  grep -q '^mooncake_kv_events_snapshots_served_total 1$' "$out/metrics.txt"
+  grep -q '^mooncake_kv_events_incarnation_info{incarnation="' "$out/metrics.txt"
+  wait "$client"
+}
+
 step live-on live_check plain
+step live-replay live_replay_check
 step live-curve live_check curve
 
 off_check() {
