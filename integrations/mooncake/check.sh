@@ -369,7 +369,8 @@ live_replay_check() {
   local client=$!
   pids+=("$client")
   # The truth: the admin endpoint's keys (memory replicas only here: cpu).
-  wait_for 30 test "$(curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | grep -c .)" -eq 15
+  keys_listed() { [ "$(curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | grep -c .)" -eq "$1" ]; }
+  wait_for 30 keys_listed 15
   curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | sort >"$out/truth.txt"
   "$kv_events" mirror "$endpoint" --replay-endpoint "$replay" --duration 4 \
     --dump "$out/mirror.jsonl" 2>"$out/mirror.err"
