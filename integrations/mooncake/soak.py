@@ -13,15 +13,15 @@ what the master holds, read through Mooncake's own API, key by key and medium by
                needs python3-zmq and python3-msgpack)
 
 Phase 1 (half of --seconds): master A; four clients (tenants t1, t2, t3, and t1 again, whose
-Puts race the other's RemoveAll) each mounting a small segment (so that the master evicts) run Put, BatchPut, Upsert, Get and Query (which take
-leases), Remove, RemoveByRegex and RemoveAll; `mirror-start` and `indexer-lossy` (the example
-indexer with a receive high-water mark of 16 and a 4 KiB socket buffer, stopped for 6 s
-mid-phase; the master holds at most 100 messages for it) follow from the start,
-`mirror-late` joins mid-phase. At its end, while the clients hold their segments, the mirrors
+Puts race the other's RemoveAll) each mounting a small segment (so that the master evicts) run
+Put, BatchPut, Upsert, Get and Query (which take leases), Remove, RemoveByRegex and RemoveAll;
+`mirror-start` and `indexer-lossy` (the example indexer with a receive high-water mark of 16,
+which stops reading for 6 s mid-phase and so loses messages; the soak fails if it lost none)
+follow from the start, `mirror-late` joins mid-phase. At its end, while the clients hold their segments, the mirrors
 are compared with master A's truth. Then master A is killed (SIGKILL) and master B started on
 the same ports: a new incarnation holding nothing. Phase 2: fresh clients run the mix without
 Upsert (under steady Upsert churn this Mooncake ends with its memory held and no key left);
-the lossy indexer and mirror-late are each stopped once. At the end, once the truth is still,
+the lossy indexer stops reading once more, mirror-late is stopped (SIGSTOP) once. At the end, once the truth is still,
 every subscriber's index is compared with it: equal, or the soak fails and says how.
 
 The truth is each tenant's QueryByRegex(".*") through a client of that tenant
@@ -44,6 +44,8 @@ TENANTS = ["t1", "t2", "t3"]
 # One client per tenant, and a second one in t1: its Puts race the first one's RemoveAll.
 CLIENT_TENANTS = ["t1", "t2", "t3", "t1"]
 MIX_FULL = "put:300,batchput:100,upsert:100,get:150,query:100,remove:150,regex:20,removeall:2"
+# How long the lossy indexer stops reading, each time; its SUB socket holds 16 messages.
+LOSSY_PAUSE_S = 6
 MIX_NO_UPSERT = "put:350,batchput:120,get:150,query:100,remove:150,regex:20,removeall:2"
 
 
@@ -194,7 +196,7 @@ class Soak:
         stats = os.path.join(self.out, name + "-stats.json")
         here = os.path.dirname(os.path.abspath(__file__))
         proc = self.spawn(name, ["/usr/bin/python3", os.path.join(here, "lossy_indexer.py"),
-                                 self.args.indexer, "16", "--publisher",
+                                 self.args.indexer, "16", str(LOSSY_PAUSE_S), "--publisher",
                                  f"{self.events},{self.replay}", "--dump", dump,
                                  "--stats", stats])
         proc.dump, proc.stats = dump, stats
@@ -219,8 +221,14 @@ class Soak:
         time.sleep(seconds)
         proc.send_signal(signal.SIGCONT)
 
+    def stop_reading(self, indexer):
+        self.log(f"{indexer.name} stops reading for {LOSSY_PAUSE_S} s")
+        indexer.send_signal(signal.SIGUSR1)
+        time.sleep(LOSSY_PAUSE_S)
+
     def converge(self, mirrors, truth, since, timeout=60):
-        """Seconds from `since` until each mirror's periodic dump equals `truth`."""
+        """Seconds from `since` (the truth read) until each mirror's dump, written every
+        second, equals `truth`: 0 when it already did."""
         times = {}
         deadline = time.time() + timeout
         while len(times) < len(mirrors) and time.time() < deadline:
@@ -261,14 +269,13 @@ class Soak:
         clients, hold = self.start_clients("phase1", MIX_FULL, half)
         t0 = time.time()
         time.sleep(0.3 * half)
-        self.pause(indexer, 6)
+        self.stop_reading(indexer)
         time.sleep(max(0.5 * half - (time.time() - t0), 0))
         self.log("mirror-late joins")
         mirror_late = self.start_mirror("mirror-late")
         ops = self.wait_mixes(clients, half)
-        end = time.time()
         truth = self.still_truth()
-        times = self.converge([mirror_start, mirror_late], truth, end)
+        times = self.converge([mirror_start, mirror_late], truth, time.time())
         phase1 = {"operations": ops, "truth_holdings": len(truth), "convergence_s": times,
                   "status": json.loads(self.http("/kv_events/status"))}
         for m in (mirror_start, mirror_late):
@@ -278,7 +285,7 @@ class Soak:
                 ok = False
                 self.log(f"phase 1: {m.name} differs from master A: {diff}")
         self.summary["phases"]["1"] = phase1
-        self.log(f"phase 1: {len(truth)} holdings; mirrors converged in {times}")
+        self.log(f"phase 1: {len(truth)} holdings; mirrors equal to it {times} s after it was read")
         self.release(clients, hold)
 
         # The restart: master A dies, master B starts on the same ports.
@@ -293,13 +300,12 @@ class Soak:
         clients, hold = self.start_clients("phase2", MIX_NO_UPSERT, half)
         t0 = time.time()
         time.sleep(0.3 * half)
-        self.pause(indexer, 6)
+        self.stop_reading(indexer)
         time.sleep(max(0.6 * half - (time.time() - t0), 0))
         self.pause(mirror_late, 4)
         ops = self.wait_mixes(clients, half)
-        end = time.time()
         truth = self.still_truth()
-        times = self.converge([mirror_start, mirror_late], truth, end)
+        times = self.converge([mirror_start, mirror_late], truth, time.time())
         status = json.loads(self.http("/kv_events/status"))
         metrics = self.http("/metrics")
         # The final indexes: each subscriber writes its own on SIGTERM.
@@ -330,7 +336,12 @@ class Soak:
                 os.path.join(self.out, name + ".log"))
         try:
             with open(indexer.stats) as f:
-                self.summary["subscribers"]["indexer-lossy"] = json.load(f)["publishers"][0]
+                lossy = json.load(f)["publishers"][0]
+            self.summary["subscribers"]["indexer-lossy"] = lossy
+            # What this subscriber is here for: it lost messages, and healed.
+            if not lossy.get("gaps"):
+                ok = False
+                self.log("indexer-lossy lost no message: the soak did not test a loss")
         except (OSError, ValueError, KeyError, IndexError) as e:
             ok = False
             self.log(f"indexer-lossy wrote no stats: {e}")
@@ -370,7 +381,8 @@ class Soak:
                   f" messages, dropped {st.get('dropped_events')}; replay requests "
                   f"{st.get('replay_requests')}, replayed {st.get('replayed_messages')}, snapshots"
                   f" {st.get('snapshots_served')} ({st.get('snapshot_objects')} objects); "
-                  f"truth {p['truth_holdings']} holdings; mirrors converged in {p['convergence_s']}")
+                  f"truth {p['truth_holdings']} holdings; mirrors equal to it "
+                  f"{p['convergence_s']} s after it was read (their dumps come every second)")
         for name, counters in s["subscribers"].items():
             print(f"{name}: {counters}")
         for name, diff in s["mismatches"].items():
