@@ -154,6 +154,9 @@ wait_for() { # wait_for SECONDS COMMAND...: polls COMMAND until it succeeds
     sleep 0.2
   done
 }
+keys_listed() { # keys_listed N: the master's admin endpoint lists N keys
+  [ "$(curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | grep -c .)" -eq "$1" ]
+}
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
@@ -196,8 +199,10 @@ wheel_check() {
   (cd "$mooncake" && PATH="$out/build-venv/bin:$PATH" BUILD_DIR=build-kv-events-wheel \
     PYTHON_VERSION=$pyver OUTPUT_DIR="$out/dist" bash scripts/build_wheel.sh "$pyver" "$out/dist")
   rm -f "$mooncake/build-kv-events-wheel"
-  local wheel
-  wheel=$(ls "$mooncake"/mooncake-wheel/repaired_wheels_"$pyver"/*.whl | head -1)
+  local wheels wheel
+  wheels=("$mooncake"/mooncake-wheel/repaired_wheels_"$pyver"/*.whl)
+  wheel=${wheels[0]}
+  [ -f "$wheel" ] || { echo "build_wheel.sh left no repaired wheel" >&2; return 1; }
   echo "wheel: $wheel"
   python3 -m zipfile -l "$wheel" | tee "$out/contents.txt"
   grep -q 'mooncake/libmooncake_kv_events.so.0' "$out/contents.txt"
@@ -369,7 +374,6 @@ live_replay_check() {
   local client=$!
   pids+=("$client")
   # The truth: the admin endpoint's keys (memory replicas only here: cpu).
-  keys_listed() { [ "$(curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | grep -c .)" -eq "$1" ]; }
   wait_for 30 keys_listed 15
   curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | sort >"$out/truth.txt"
   "$kv_events" mirror "$endpoint" --replay-endpoint "$replay" --duration 4 \
