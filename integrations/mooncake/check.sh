@@ -199,10 +199,14 @@ wheel_check() {
   (cd "$mooncake" && PATH="$out/build-venv/bin:$PATH" BUILD_DIR=build-kv-events-wheel \
     PYTHON_VERSION=$pyver OUTPUT_DIR="$out/dist" bash scripts/build_wheel.sh "$pyver" "$out/dist")
   rm -f "$mooncake/build-kv-events-wheel"
+  # build_wheel.sh moves the repaired wheel into OUTPUT_DIR and deletes the unrepaired one.
   local wheels wheel
-  wheels=("$mooncake"/mooncake-wheel/repaired_wheels_"$pyver"/*.whl)
+  wheels=("$out"/dist/*.whl)
   wheel=${wheels[0]}
-  [ -f "$wheel" ] || { echo "build_wheel.sh left no repaired wheel" >&2; return 1; }
+  if [ ${#wheels[@]} -ne 1 ] || [ ! -f "$wheel" ]; then
+    echo "build_wheel.sh left no single wheel in $out/dist: ${wheels[*]}" >&2
+    return 1
+  fi
   echo "wheel: $wheel"
   python3 -m zipfile -l "$wheel" | tee "$out/contents.txt"
   grep -q 'mooncake/libmooncake_kv_events.so.0' "$out/contents.txt"
