@@ -75,15 +75,22 @@ jobs=${JOBS:-$(nproc)}
 log="$check_dir/check.log"
 [ -n "$only" ] || : >"$log"
 summary=()
+# The processes started (masters, tails, clients), stopped when the check or a step ends.
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
 step() { # step NAME COMMAND...: runs COMMAND, its output in CHECK_DIR/NAME.log, timed
   local name=$1 start=$SECONDS
   shift
   echo "== $name" | tee -a "$log"
   # A subshell outside any `if`, so that `set -e` holds inside the step's functions: every
-  # command of a step counts, not only its last.
+  # command of a step counts, not only its last. A subshell does not inherit the EXIT trap,
+  # and the processes a step starts are recorded in its own copy of `pids`: it stops them
+  # itself when it ends, passed or not.
   set +e
   (
     set -e
+    trap cleanup EXIT
     "$@"
   ) >"$check_dir/$name.log" 2>&1
   local status=$?
@@ -157,9 +164,6 @@ wait_for() { # wait_for SECONDS COMMAND...: polls COMMAND until it succeeds
 keys_listed() { # keys_listed N: the master's admin endpoint lists N keys
   [ "$(curl -sf "http://127.0.0.1:$metrics_port/get_all_keys" | grep -c .)" -eq "$1" ]
 }
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT
 
 start_master() { # start_master MASTER LOG FLAG...: starts a master on fresh ports
   local master=$1 out=$2
