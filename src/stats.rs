@@ -91,6 +91,9 @@ mod bridge {
         /// Those connections closed since creation, by the subscriber, the network, or the
         /// publisher (a refused subscription, shutdown).
         pub subscriber_disconnects: u64,
+        /// Bytes of replies (replays and snapshots) that the replay socket's connections hold
+        /// now, not yet written to their requesters: at most 16 MiB, 2 MiB per requester.
+        pub replay_bytes_in_flight: u64,
     }
 }
 
@@ -231,6 +234,8 @@ stats_fields! {
         "Subscribers connected now: PUB connections whose handshake succeeded.";
     subscriber_connects, counter, peers, "PUB connections whose handshake succeeded.";
     subscriber_disconnects, counter, peers, "PUB connections closed after their handshake.";
+    replay_bytes_in_flight, gauge, peers,
+        "Bytes of replay socket replies not yet written to their requesters.";
 }
 
 impl Counters {

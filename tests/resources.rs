@@ -179,3 +179,68 @@ fn failed_creation_leaks_neither_threads_nor_files() {
     assert_eq!(threads_settled_to(threads_before), threads_before);
     assert_eq!(open_files(), files_before);
 }
+
+#[test]
+fn replays_that_nobody_reads_hold_a_bounded_share_and_give_it_back() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // A full 32 MiB ring of messages of 64 events (long keys: about 24 KB each), then eight
+    // requesters that ask for all of it and never read. Copied replies would put up to 1,000
+    // messages per requester in the sockets' queues, 24 MB each; lent ones hold at most the
+    // replies' total (16 MiB) beyond the ring, and nothing once the requesters are given up.
+    let replay_endpoint = common::tcp_endpoint();
+    let (publisher, _endpoint) = publish(Config {
+        replay_endpoint: replay_endpoint.clone(),
+        replay_buffer_bytes: 32 << 20,
+        ..config("")
+    });
+    let padding = "k".repeat(200);
+    let mut call = 0u64;
+    while publisher.stats().replay_buffer_bytes < 31 << 20 {
+        for _ in 0..1024 {
+            publisher.on_put_commit("t", format!("{padding}/{call}"), "", BOTH);
+            call += 1;
+        }
+        publisher.flush(Duration::from_secs(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let rss_before = rss_bytes();
+    let context = zmq::Context::new();
+    let requesters: Vec<zmq::Socket> = (0..8)
+        .map(|_| {
+            let dealer = context.socket(zmq::DEALER).unwrap();
+            dealer.set_rcvhwm(1).unwrap();
+            dealer.set_rcvbuf(4096).unwrap();
+            dealer.set_linger(0).unwrap();
+            dealer.connect(&replay_endpoint).unwrap();
+            dealer
+                .send_multipart([&b""[..], &1u64.to_be_bytes()], 0)
+                .unwrap();
+            dealer
+        })
+        .collect();
+    // While the replays stall, and until they are given up (5 s without progress).
+    let mut most_in_flight = 0;
+    let mut most_growth = 0;
+    let given_up = common::eventually(|| {
+        let stats = publisher.stats();
+        most_in_flight = most_in_flight.max(stats.replay_bytes_in_flight);
+        most_growth = most_growth.max(rss_bytes().saturating_sub(rss_before));
+        stats.replays_abandoned == 8
+    });
+    assert!(given_up, "{:?}", publisher.stats());
+    assert!(most_in_flight > 0, "the replays sent nothing");
+    assert!(
+        most_in_flight <= (16 << 20) + (64 << 10),
+        "replies held {most_in_flight} bytes"
+    );
+    assert!(
+        most_growth < 40 << 20,
+        "RSS grew by {most_growth} bytes with eight stalled replays"
+    );
+    // Given up, their connections are cut: libzmq lets go of every reply it held for them.
+    assert!(common::eventually(|| publisher
+        .stats()
+        .replay_bytes_in_flight
+        == 0));
+    drop(requesters);
+}

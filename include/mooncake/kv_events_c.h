@@ -268,7 +268,9 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(snapshot_objects, counter, "Objects held by the snapshots sent whole.")                        \
   X(subscribers, gauge, "Subscribers connected now: PUB connections whose handshake succeeded.")   \
   X(subscriber_connects, counter, "PUB connections whose handshake succeeded.")                    \
-  X(subscriber_disconnects, counter, "PUB connections closed after their handshake.")
+  X(subscriber_disconnects, counter, "PUB connections closed after their handshake.")              \
+  X(replay_bytes_in_flight, gauge,                                                                 \
+    "Bytes of replay socket replies not yet written to their requesters.")
 
 #define KV_EVENTS_STAT_TYPE_flag bool
 #define KV_EVENTS_STAT_TYPE_counter uint64_t

@@ -152,6 +152,7 @@ impl Publisher {
                     Arc::clone(&ring),
                     identity,
                     snapshots,
+                    Arc::clone(&sockets.listeners),
                 )?;
                 (Some(ring), Some(server))
             }

@@ -5,5 +5,6 @@
 
 pub(crate) mod replay;
 pub(crate) mod snapshot;
+mod window;
 
 pub use snapshot::{Abandoned, ObjectSource, Objects};

@@ -21,15 +21,20 @@
 //! - anything else: `["", "error", text]`, counted in `bad_requests`.
 //!
 //! The thread `kv-events-replay` owns the socket; the publishing thread only appends what it
-//! sent to the [`Ring`], and a snapshot's thread hands over its messages. A replay is sent a slice at a time, so one large replay neither
-//! stalls another nor takes the libzmq I/O thread from the live stream for long; a requester
-//! whose queue stays full longer than [`STALLED_FOR`] is abandoned.
+//! sent to the [`Ring`], and a snapshot's thread hands over its messages. A replay is sent a
+//! slice at a time, so one large replay neither stalls another nor takes the libzmq I/O thread
+//! from the live stream for long. Payloads are lent to libzmq, never copied, within a window
+//! per requester and a total ([`window`]); a requester whose window stays full, or whose queue
+//! stays full, longer than [`STALLED_FOR`] is abandoned.
 
 use super::snapshot::{self, ObjectSource, Piece};
+use super::window::{self, Room, Window};
 use crate::error::CreateError;
 use crate::log::{log, Level};
 use crate::stats::PeerCounters;
+use crate::transport::connections::Listeners;
 use std::collections::VecDeque;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -146,6 +151,8 @@ pub(crate) type SourceSlot = RwLock<Option<Arc<dyn ObjectSource>>>;
 /// take yet.
 struct Running {
     peer: Vec<u8>,
+    fd: Option<RawFd>,
+    window: Arc<Window>,
     pieces: Receiver<Piece>,
     held: Option<Piece>,
     stalled_since: Option<Instant>,
@@ -156,6 +163,8 @@ struct Running {
 #[derive(Debug)]
 struct Replay {
     peer: Vec<u8>,
+    fd: Option<RawFd>,
+    window: Arc<Window>,
     next: u64,
     /// The last sequence sent when the request came: a replay ends there.
     through: u64,
@@ -178,6 +187,7 @@ impl Server {
         ring: Arc<Ring>,
         identity: Identity,
         snapshots: Snapshots,
+        listeners: Arc<Listeners>,
     ) -> Result<Server, CreateError> {
         let stop = Arc::new(AtomicBool::new(false));
         let serving = Serving {
@@ -188,6 +198,7 @@ impl Server {
             replays: Vec::new(),
             snapshots,
             snapshot: None,
+            listeners,
             finishing: Vec::new(),
             stop: Arc::clone(&stop),
         };
@@ -237,6 +248,8 @@ struct Serving {
     replays: Vec<Replay>,
     snapshots: Snapshots,
     snapshot: Option<Running>,
+    /// The listeners' connections, to cut off a requester given up.
+    listeners: Arc<Listeners>,
     /// Threads of snapshots that ended or were given up, joined once they return.
     finishing: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
@@ -294,8 +307,8 @@ impl Serving {
             };
             let mut items = [self.socket.as_poll_item(zmq::POLLIN)];
             if zmq::poll(&mut items, wait.as_millis() as i64).is_ok() && items[0].is_readable() {
-                while let Ok(frames) = self.socket.recv_multipart(zmq::DONTWAIT) {
-                    self.answer(frames);
+                while let Ok((frames, fd)) = window::recv_request(&mut self.socket) {
+                    self.answer(frames, fd);
                 }
             }
             self.advance();
@@ -311,7 +324,7 @@ impl Serving {
         }
     }
 
-    fn answer(&mut self, mut frames: Vec<Vec<u8>>) {
+    fn answer(&mut self, mut frames: Vec<Vec<u8>>, fd: Option<RawFd>) {
         if frames.is_empty() {
             return;
         }
@@ -329,6 +342,8 @@ impl Serving {
                 }
                 self.replays.push(Replay {
                     peer,
+                    fd,
+                    window: Arc::default(),
                     next: from,
                     through: self.ring.last_sequence.load(Relaxed),
                     stalled_since: None,
@@ -341,7 +356,7 @@ impl Serving {
             }
             Request::Snapshot(scope) => {
                 self.counters.replay_requests.fetch_add(1, Relaxed);
-                self.start_snapshot(peer, scope);
+                self.start_snapshot(peer, fd, scope);
             }
             Request::Bad(why) => {
                 self.counters.bad_requests.fetch_add(1, Relaxed);
@@ -394,7 +409,7 @@ impl Serving {
         slot.unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    fn start_snapshot(&mut self, peer: Vec<u8>, scope: Option<Vec<u8>>) {
+    fn start_snapshot(&mut self, peer: Vec<u8>, fd: Option<RawFd>, scope: Option<Vec<u8>>) {
         if self.snapshot.is_some() {
             let busy = b"busy: a snapshot is under way, ask again when it ends";
             return self.reply(&peer, b"error", busy);
@@ -407,6 +422,8 @@ impl Serving {
             Ok((pieces, thread)) => {
                 self.snapshot = Some(Running {
                     peer,
+                    fd,
+                    window: Arc::default(),
                     pieces,
                     held: None,
                     stalled_since: None,
@@ -436,24 +453,31 @@ impl Serving {
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => break false,
             };
-            let (verb, body): (&[u8], &[u8]) = match &piece {
+            let (verb, body): (&[u8], &Arc<[u8]>) = match &piece {
                 Piece::Batch(payload) => (b"snapshot", payload),
                 Piece::End(map, _) => (b"snapshot-end", map),
-                Piece::Failed(why) => (b"error", why.as_bytes()),
+                Piece::Failed(why) => (b"error", why),
             };
-            let frames = [&running.peer[..], b"", verb, body];
-            match self.socket.send_multipart(frames, zmq::DONTWAIT) {
-                Ok(()) => running.stalled_since = None,
-                Err(zmq::Error::EAGAIN) => {
+            let to = To {
+                peer: &running.peer,
+                window: &running.window,
+            };
+            match to.send(&mut self.socket, &self.counters, &[verb], body) {
+                Reply::Yes => running.stalled_since = None,
+                Reply::Wait => {
+                    running.held = Some(piece);
+                    return;
+                }
+                Reply::Behind => {
                     running.held = Some(piece);
                     let since = *running.stalled_since.get_or_insert_with(Instant::now);
                     if since.elapsed() < STALLED_FOR {
                         return;
                     }
+                    cut(&self.listeners, running.fd);
                     break false;
                 }
-                // The requester is gone (EHOSTUNREACH).
-                Err(_) => break false,
+                Reply::Gone => break false,
             }
             match piece {
                 Piece::Batch(_) => {}
@@ -493,39 +517,48 @@ impl Serving {
     /// False once replay `i` is over.
     fn advance_one(&mut self, i: usize) -> bool {
         let replay = &mut self.replays[i];
+        let to = To {
+            peer: &replay.peer,
+            window: &replay.window,
+        };
         let slice = self.ring.slice(replay.next, replay.through, SLICE);
         if slice.is_empty() {
-            let sent = self
-                .socket
-                .send_multipart([&replay.peer[..], b"", &END_OF_REPLAY, b""], zmq::DONTWAIT);
-            return match sent {
-                Err(zmq::Error::EAGAIN) => stalled(replay, &self.counters),
-                _ => false,
+            let end: Arc<[u8]> = Arc::from(&[][..]);
+            return match to.send(&mut self.socket, &self.counters, &[&END_OF_REPLAY], &end) {
+                Reply::Yes | Reply::Gone => false,
+                Reply::Wait => true,
+                Reply::Behind => !stalled(replay, &self.counters, &self.listeners),
             };
         }
         for (sequence, payload) in slice {
             let sequence_frame = sequence.to_be_bytes();
-            let frames: [&[u8]; 4] = [&replay.peer, b"", &sequence_frame, &payload];
-            match self.socket.send_multipart(frames, zmq::DONTWAIT) {
-                Ok(()) => {
+            match to.send(
+                &mut self.socket,
+                &self.counters,
+                &[&sequence_frame],
+                &payload,
+            ) {
+                Reply::Yes => {
                     replay.next = sequence + 1;
                     replay.stalled_since = None;
                     self.counters.replayed_messages.fetch_add(1, Relaxed);
                 }
-                Err(zmq::Error::EAGAIN) => return stalled(replay, &self.counters),
+                Reply::Wait => return true,
+                Reply::Behind => return !stalled(replay, &self.counters, &self.listeners),
                 // The requester is gone (EHOSTUNREACH): nobody to finish for.
-                Err(_) => return false,
+                Reply::Gone => return false,
             }
         }
         true
     }
 }
 
-/// A replay whose requester's queue is full: kept until it has been so for [`STALLED_FOR`].
-fn stalled(replay: &mut Replay, counters: &PeerCounters) -> bool {
+/// Whether a replay whose requester is not taking what it is sent has been so for
+/// [`STALLED_FOR`]: then it is given up, and the requester's connection cut.
+fn stalled(replay: &mut Replay, counters: &PeerCounters, listeners: &Listeners) -> bool {
     let since = *replay.stalled_since.get_or_insert_with(Instant::now);
     if since.elapsed() < STALLED_FOR {
-        return true;
+        return false;
     }
     counters.replays_abandoned.fetch_add(1, Relaxed);
     log(
@@ -536,7 +569,73 @@ fn stalled(replay: &mut Replay, counters: &PeerCounters) -> bool {
             STALLED_FOR.as_secs()
         ),
     );
-    false
+    cut(listeners, replay.fd);
+    true
+}
+
+/// Cuts off the connection of a requester given up: only then does libzmq let go of the
+/// replies it still holds for it.
+fn cut(listeners: &Listeners, fd: Option<RawFd>) {
+    if let Some(fd) = fd {
+        listeners.cut(fd);
+    }
+}
+
+/// What became of a reply.
+enum Reply {
+    Yes,
+    /// Not sent: the requester has not taken what it was sent (its window or queue is full).
+    Behind,
+    /// Not sent: the replies of every requester together hold their total; wait.
+    Wait,
+    /// Not sent: the requester is gone.
+    Gone,
+}
+
+/// A requester, as replies are addressed.
+struct To<'a> {
+    peer: &'a [u8],
+    window: &'a Arc<Window>,
+}
+
+impl To<'_> {
+    /// Sends `[peer, "", head..., payload]`, the payload lent to libzmq, never copied.
+    fn send(
+        &self,
+        socket: &mut zmq::Socket,
+        counters: &Arc<PeerCounters>,
+        head: &[&[u8]],
+        payload: &Arc<[u8]>,
+    ) -> Reply {
+        match self.window.room(payload.len(), counters) {
+            Room::Yes => {}
+            Room::RequesterFull => return Reply::Behind,
+            Room::AllFull => return Reply::Wait,
+        }
+        let more = zmq::DONTWAIT | zmq::SNDMORE;
+        match socket.send(self.peer, more) {
+            Ok(()) => {}
+            Err(zmq::Error::EAGAIN) => return Reply::Behind,
+            Err(_) => return Reply::Gone,
+        }
+        // Once ROUTER took the routing frame, it takes the rest of the message.
+        for frame in [&b""[..]].iter().chain(head) {
+            if socket.send(*frame, more).is_err() {
+                return Reply::Gone;
+            }
+        }
+        let lent = window::send(
+            socket,
+            Arc::clone(payload),
+            self.window,
+            counters,
+            zmq::DONTWAIT,
+        );
+        match lent {
+            Ok(()) => Reply::Yes,
+            Err(_) => Reply::Gone,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -84,11 +84,11 @@ impl std::error::Error for Abandoned {}
 #[derive(Debug)]
 pub(crate) enum Piece {
     /// A `snapshot` message's payload.
-    Batch(Vec<u8>),
+    Batch(Arc<[u8]>),
     /// The `snapshot-end` map, with the number of objects sent.
-    End(Vec<u8>, u64),
+    End(Arc<[u8]>, u64),
     /// The text of an `error` reply: the source failed.
-    Failed(String),
+    Failed(Arc<[u8]>),
 }
 
 /// One `stored` event waiting for its message; its strings are in [`Objects::bytes`].
@@ -189,7 +189,7 @@ impl Objects {
         self.pending.clear();
         self.bytes.clear();
         self.pace.wait();
-        self.out.send(Piece::Batch(payload)).map_err(|_| {
+        self.out.send(Piece::Batch(payload.into())).map_err(|_| {
             self.abandoned = true;
             Abandoned
         })
@@ -284,14 +284,14 @@ fn run(
     let last = match enumerated {
         Ok(Ok(())) => match objects.send_pending() {
             Ok(()) => Piece::End(
-                end_map(sequence, &objects, context.incarnation, scope.as_deref()),
+                end_map(sequence, &objects, context.incarnation, scope.as_deref()).into(),
                 objects.objects,
             ),
             Err(Abandoned) => return,
         },
         Ok(Err(_)) if objects.abandoned => return,
-        Ok(Err(why)) => Piece::Failed(format!("the object source failed: {why}")),
-        Err(_) => Piece::Failed("the object source panicked".into()),
+        Ok(Err(why)) => Piece::Failed(format!("the object source failed: {why}").as_bytes().into()),
+        Err(_) => Piece::Failed(Arc::from(&b"the object source panicked"[..])),
     };
     let _ = out.send(last);
 }

@@ -1,0 +1,222 @@
+//! What the replay socket's replies may hold of the master's memory while libzmq sends them.
+//!
+//! A reply's payload is never copied: the message handed to libzmq points at bytes the ring
+//! (or a snapshot) already holds, and keeps them alive until libzmq lets go of it, which it
+//! does once it has written them to the connection, or when the requester is gone. Each such
+//! loan counts against its requester's [`WINDOW`] and against [`TOTAL`] for every requester
+//! together, and is given back by libzmq itself (on its I/O thread) through [`give_back`].
+//! So replies hold at most `TOTAL` bytes beyond the ring, however many requesters there are
+//! and however slowly they read; a requester whose window stays full is not reading, and is
+//! given up.
+
+use crate::stats::PeerCounters;
+use std::os::fd::RawFd;
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Bytes one requester's replies may hold before it reads some: a few hundred messages,
+/// more than a reading requester's connection has in flight.
+pub(crate) const WINDOW: u64 = 2 << 20;
+/// Bytes the replies of every requester together may hold.
+pub(crate) const TOTAL: u64 = 16 << 20;
+/// `zmq_msg_get`'s property for the descriptor a message came on (zmq.h's ZMQ_SRCFD, which
+/// the `zmq-sys` bindings leave out).
+const ZMQ_SRCFD: i32 = 2;
+
+/// The bytes lent to libzmq for one requester and not yet given back.
+#[derive(Debug, Default)]
+pub(crate) struct Window(AtomicU64);
+
+/// Whether a reply of some bytes may be lent now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Room {
+    Yes,
+    /// The requester's own window is full: it has not read what it was sent.
+    RequesterFull,
+    /// Every requester together holds [`TOTAL`]: wait for the others, this one is not late.
+    AllFull,
+}
+
+impl Window {
+    /// Bytes lent for this requester now.
+    pub(crate) fn lent(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+
+    /// Whether `len` more bytes may be lent. A window holding nothing takes any one reply,
+    /// so that a payload larger than the window still goes out.
+    pub(crate) fn room(&self, len: usize, counters: &PeerCounters) -> Room {
+        let mine = self.lent();
+        if mine > 0 && mine + len as u64 > WINDOW {
+            return Room::RequesterFull;
+        }
+        let all = counters.replay_bytes_in_flight.load(Relaxed);
+        if all > 0 && all + len as u64 > TOTAL {
+            return Room::AllFull;
+        }
+        Room::Yes
+    }
+}
+
+/// A payload lent to libzmq: its bytes stay alive, and counted, until libzmq gives it back.
+struct Loan {
+    payload: Arc<[u8]>,
+    window: Arc<Window>,
+    counters: Arc<PeerCounters>,
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        let len = self.payload.len() as u64;
+        self.window.0.fetch_sub(len, Relaxed);
+        self.counters.replay_bytes_in_flight.fetch_sub(len, Relaxed);
+    }
+}
+
+/// libzmq's free function for a lent payload: called once, when libzmq is done with it.
+///
+/// # Safety
+/// `hint` must be the pointer [`send`] made with `Box::into_raw` for this message.
+unsafe extern "C" fn give_back(_data: *mut c_void, hint: *mut c_void) {
+    // SAFETY: libzmq calls the free function exactly once per message, with the hint `send`
+    // gave it, a `Box<Loan>` leaked for this message alone.
+    drop(unsafe { Box::from_raw(hint.cast::<Loan>()) });
+}
+
+/// Sends `payload` as the next frame on `socket` without copying it, counted against
+/// `window` and the total until libzmq gives it back. Check [`Window::room`] first.
+pub(crate) fn send(
+    socket: &mut zmq::Socket,
+    payload: Arc<[u8]>,
+    window: &Arc<Window>,
+    counters: &Arc<PeerCounters>,
+    flags: i32,
+) -> Result<(), zmq::Error> {
+    let len = payload.len();
+    window.0.fetch_add(len as u64, Relaxed);
+    counters
+        .replay_bytes_in_flight
+        .fetch_add(len as u64, Relaxed);
+    let data = payload.as_ptr().cast_mut().cast::<c_void>();
+    let loan = Box::into_raw(Box::new(Loan {
+        payload,
+        window: Arc::clone(window),
+        counters: Arc::clone(counters),
+    }));
+    let mut message = zmq_sys::zmq_msg_t::default();
+    // SAFETY: `data` points at `len` bytes owned by the Arc inside `*loan`, which stays alive
+    // until `give_back` drops it; libzmq only reads them. `message` is a fresh zmq_msg_t.
+    let rc = unsafe {
+        zmq_sys::zmq_msg_init_data(&mut message, data, len, Some(give_back), loan.cast())
+    };
+    if rc != 0 {
+        // libzmq took nothing: the loan is still ours to give back.
+        // SAFETY: `loan` came from Box::into_raw above and libzmq did not keep it.
+        drop(unsafe { Box::from_raw(loan) });
+        return Err(last_error());
+    }
+    // SAFETY: `message` was initialised above; the socket pointer is valid while `socket` is
+    // borrowed, and only this thread uses the socket.
+    let rc = unsafe { zmq_sys::zmq_msg_send(&mut message, socket.as_mut_ptr(), flags) };
+    if rc < 0 {
+        let error = last_error();
+        // A message that was not sent is still ours: closing it calls `give_back`.
+        // SAFETY: `message` is initialised and was not sent.
+        unsafe { zmq_sys::zmq_msg_close(&mut message) };
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// Receives one request without waiting: its frames, and the descriptor of the connection it
+/// came on when libzmq knows it, so that a requester given up can be cut off (only closing
+/// its connection makes libzmq let go of what it holds for it).
+pub(crate) fn recv_request(
+    socket: &mut zmq::Socket,
+) -> Result<(Vec<Vec<u8>>, Option<RawFd>), zmq::Error> {
+    let mut frames = Vec::new();
+    let mut fd = None;
+    loop {
+        let mut message = zmq_sys::zmq_msg_t::default();
+        let flags = if frames.is_empty() { zmq::DONTWAIT } else { 0 };
+        // SAFETY: `message` is a fresh zmq_msg_t, initialised before the receive and closed
+        // after its bytes are copied out; the socket is used by this thread alone.
+        let (data, more, source) = unsafe {
+            zmq_sys::zmq_msg_init(&mut message);
+            if zmq_sys::zmq_msg_recv(&mut message, socket.as_mut_ptr(), flags) < 0 {
+                let error = last_error();
+                zmq_sys::zmq_msg_close(&mut message);
+                return Err(error);
+            }
+            let len = zmq_sys::zmq_msg_size(&message);
+            let data = zmq_sys::zmq_msg_data(&mut message).cast::<u8>();
+            let data = if len == 0 {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(data, len).to_vec()
+            };
+            let more = zmq_sys::zmq_msg_more(&message) != 0;
+            let source = zmq_sys::zmq_msg_get(&message, ZMQ_SRCFD);
+            zmq_sys::zmq_msg_close(&mut message);
+            (data, more, source)
+        };
+        frames.push(data);
+        if source >= 0 {
+            fd = Some(source);
+        }
+        if !more {
+            return Ok((frames, fd));
+        }
+    }
+}
+
+fn last_error() -> zmq::Error {
+    // SAFETY: zmq_errno only reads this thread's errno.
+    zmq::Error::from_raw(unsafe { zmq_sys::zmq_errno() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_is_counted_until_the_receiver_has_it_and_the_window_bounds_a_requester() {
+        let context = zmq::Context::new();
+        let mut push = context.socket(zmq::PAIR).unwrap();
+        let pull = context.socket(zmq::PAIR).unwrap();
+        push.bind("inproc://window").unwrap();
+        pull.connect("inproc://window").unwrap();
+        let counters = Arc::new(PeerCounters::default());
+        let window = Arc::new(Window::default());
+        let payload: Arc<[u8]> = Arc::from(vec![7u8; 1 << 20]);
+        assert_eq!(window.room(payload.len(), &counters), Room::Yes);
+        send(&mut push, Arc::clone(&payload), &window, &counters, 0).unwrap();
+        assert_eq!(window.lent(), 1 << 20);
+        assert_eq!(counters.replay_bytes_in_flight.load(Relaxed), 1 << 20);
+        // A second MiB fits the window of 2; a third does not.
+        assert_eq!(window.room(1 << 20, &counters), Room::Yes);
+        send(&mut push, Arc::clone(&payload), &window, &counters, 0).unwrap();
+        assert_eq!(window.room(1, &counters), Room::RequesterFull);
+        // The bytes were shared, not copied: three owners of one allocation.
+        assert_eq!(Arc::strong_count(&payload), 3);
+        for _ in 0..2 {
+            let got = pull.recv_bytes(0).unwrap();
+            assert_eq!(got.len(), 1 << 20);
+        }
+        assert_eq!(window.lent(), 0);
+        assert_eq!(counters.replay_bytes_in_flight.load(Relaxed), 0);
+        assert_eq!(Arc::strong_count(&payload), 1);
+    }
+
+    #[test]
+    fn the_total_holds_back_a_requester_that_is_not_late() {
+        let counters = PeerCounters::default();
+        counters.replay_bytes_in_flight.store(TOTAL, Relaxed);
+        let idle = Window::default();
+        assert_eq!(idle.room(1, &counters), Room::AllFull);
+        counters.replay_bytes_in_flight.store(0, Relaxed);
+        // An empty window takes one reply of any size.
+        assert_eq!(idle.room(3 * WINDOW as usize, &counters), Room::Yes);
+    }
+}
