@@ -102,7 +102,11 @@ fn metrics_text_parses_as_prometheus_and_matches_status_json() {
         output.status
     );
     // One metric per field of the stats, none left out.
-    let fields = serde_json::to_value(stats).unwrap().as_object().unwrap().len();
+    let fields = serde_json::to_value(stats)
+        .unwrap()
+        .as_object()
+        .unwrap()
+        .len();
     let expected = format!("{fields} metrics match status_json");
     assert!(stdout.contains(&expected), "{stdout}");
 }

@@ -307,7 +307,7 @@ impl Serving {
             };
             let mut items = [self.socket.as_poll_item(zmq::POLLIN)];
             if zmq::poll(&mut items, wait.as_millis() as i64).is_ok() && items[0].is_readable() {
-                while let Ok((frames, fd)) = window::recv_request(&mut self.socket) {
+                while let Ok((frames, fd)) = window::recv_request(&self.socket) {
                     self.answer(frames, fd);
                 }
             }

@@ -20,9 +20,6 @@ use std::sync::Arc;
 pub(crate) const WINDOW: u64 = 2 << 20;
 /// Bytes the replies of every requester together may hold.
 pub(crate) const TOTAL: u64 = 16 << 20;
-/// `zmq_msg_get`'s property for the descriptor a message came on (zmq.h's ZMQ_SRCFD, which
-/// the `zmq-sys` bindings leave out).
-const ZMQ_SRCFD: i32 = 2;
 
 /// The bytes lent to libzmq for one requester and not yet given back.
 #[derive(Debug, Default)]
@@ -133,39 +130,19 @@ pub(crate) fn send(
 /// came on when libzmq knows it, so that a requester given up can be cut off (only closing
 /// its connection makes libzmq let go of what it holds for it).
 pub(crate) fn recv_request(
-    socket: &mut zmq::Socket,
+    socket: &zmq::Socket,
 ) -> Result<(Vec<Vec<u8>>, Option<RawFd>), zmq::Error> {
-    let mut frames = Vec::new();
-    let mut fd = None;
+    let mut message = zmq::Message::new();
+    let (mut frames, mut fd) = (Vec::new(), None);
     loop {
-        let mut message = zmq_sys::zmq_msg_t::default();
         let flags = if frames.is_empty() { zmq::DONTWAIT } else { 0 };
-        // SAFETY: `message` is a fresh zmq_msg_t, initialised before the receive and closed
-        // after its bytes are copied out; the socket is used by this thread alone.
-        let (data, more, source) = unsafe {
-            zmq_sys::zmq_msg_init(&mut message);
-            if zmq_sys::zmq_msg_recv(&mut message, socket.as_mut_ptr(), flags) < 0 {
-                let error = last_error();
-                zmq_sys::zmq_msg_close(&mut message);
-                return Err(error);
-            }
-            let len = zmq_sys::zmq_msg_size(&message);
-            let data = zmq_sys::zmq_msg_data(&mut message).cast::<u8>();
-            let data = if len == 0 {
-                Vec::new()
-            } else {
-                std::slice::from_raw_parts(data, len).to_vec()
-            };
-            let more = zmq_sys::zmq_msg_more(&message) != 0;
-            let source = zmq_sys::zmq_msg_get(&message, ZMQ_SRCFD);
-            zmq_sys::zmq_msg_close(&mut message);
-            (data, more, source)
-        };
-        frames.push(data);
-        if source >= 0 {
+        socket.recv(&mut message, flags)?;
+        frames.push(message.to_vec());
+        // The routing id is made by the ROUTER socket; the frames from the wire carry this.
+        if let Some(source) = message.gets("__fd").and_then(|fd| fd.parse().ok()) {
             fd = Some(source);
         }
-        if !more {
+        if !message.get_more() {
             return Ok((frames, fd));
         }
     }
