@@ -41,6 +41,9 @@ class Config(ctypes.Structure):
         ("send_hwm", ctypes.c_uint32),
         ("replay_endpoint", ctypes.c_char_p),
         ("replay_buffer_bytes", ctypes.c_uint64),
+        ("topic", ctypes.c_char_p),
+        ("replay_topic_frame", ctypes.c_bool),
+        ("heartbeat_ms", ctypes.c_uint32),
     ]
 
 

@@ -94,6 +94,9 @@ mod bridge {
         /// Bytes of replies (replays and snapshots) that the replay socket's connections hold
         /// now, not yet written to their requesters: at most 16 MiB, 2 MiB per requester.
         pub replay_bytes_in_flight: u64,
+        /// Messages with no event sent after `kv_events_heartbeat_ms` without a message
+        /// (not counted in `published_batches`).
+        pub heartbeats: u64,
     }
 }
 
@@ -236,6 +239,7 @@ stats_fields! {
     subscriber_disconnects, counter, peers, "PUB connections closed after their handshake.";
     replay_bytes_in_flight, gauge, peers,
         "Bytes of replay socket replies not yet written to their requesters.";
+    heartbeats, counter, callers, "Messages with no event sent after a silence.";
 }
 
 impl Counters {

@@ -84,11 +84,25 @@ fn a_late_join_while_the_master_changes_converges_to_the_truth() {
 
 #[test]
 fn a_loss_after_the_socket_is_filled_by_replay() {
+    loss_after_the_socket_is_filled_by_replay(true);
+}
+
+#[test]
+fn a_loss_is_filled_by_replies_without_the_topic_frame_too() {
+    loss_after_the_socket_is_filled_by_replay(false);
+}
+
+/// A stream with a topic, followed by a subscriber of a prefix of it, loses messages at
+/// the socket; replies come in the form `topic_frame` says.
+fn loss_after_the_socket_is_filled_by_replay(topic_frame: bool) {
     let model = Model::new();
-    let (publisher, source) = publisher(&model, |c| {
+    let (publisher, mut source) = publisher(&model, |c| {
         c.send_hwm = 4;
         c.queue_capacity = 1 << 18;
+        c.topic = "kv@pod-1@model-a".into();
+        c.replay_topic_frame = topic_frame;
     });
+    source.topic = b"kv@pod-1".to_vec();
     model.churn(&publisher, 2, 500, 500);
     flush(&publisher);
     let mut follower = Follower::new(
@@ -326,7 +340,7 @@ fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
     let wrong: Vec<Vec<Vec<u8>>> = vec![
         vec![b"x".to_vec()],
         vec![vec![], seq(1), b"a".to_vec(), b"b".to_vec()],
-        vec![b"topic".to_vec(), seq(1), batch(vec![keyless.clone()])],
+        vec![vec![b't'; 256], seq(1), batch(vec![keyless.clone()])],
         vec![vec![], vec![1, 2, 3], batch(vec![keyless.clone()])],
         vec![vec![], seq(2), b"{\"not\": \"msgpack\"}".to_vec()],
         vec![vec![], seq(3), vec![0xdd, 0xff, 0xff, 0xff, 0xff]],
@@ -361,4 +375,34 @@ fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
     let good = follower.source_counters(0);
     assert_eq!((good.malformed, good.skipped_events), (0, 0), "{good:?}");
     assert!(wrong_sent > 0);
+}
+
+/// `info` requests a follower in sync makes while the stream is idle for 4 s.
+fn info_polls_while_idle(heartbeat_ms: u32) -> u64 {
+    let model = Model::new();
+    let (publisher, source) = publisher(&model, |c| c.heartbeat_ms = heartbeat_ms);
+    model.churn(&publisher, 3, 100, 100);
+    flush(&publisher);
+    let options = FollowOptions {
+        quiet_check: Duration::from_secs(2),
+        ..quick()
+    };
+    let mut follower = Follower::new(vec![source], options).unwrap();
+    converge(&mut follower, 0, &model, WITHIN);
+    let before = publisher.stats().replay_requests;
+    let until = std::time::Instant::now() + Duration::from_secs(4);
+    while std::time::Instant::now() < until {
+        follower.poll(Duration::from_millis(20));
+    }
+    assert!(follower.status(0).in_sync);
+    assert_eq!(*follower.index(0), model.truth());
+    publisher.stats().replay_requests - before
+}
+
+#[test]
+fn heartbeats_spare_the_follower_its_info_polls() {
+    // Without heartbeats a quiet stream is asked about every quiet_check (2 s); with them
+    // (every 50 ms) it is never quiet, and a lost tail shows at the next heartbeat instead.
+    assert!(info_polls_while_idle(0) >= 1);
+    assert_eq!(info_polls_while_idle(50), 0);
 }

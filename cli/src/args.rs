@@ -224,6 +224,11 @@ pub(crate) struct TailArgs {
     #[arg(long, value_name = "E", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoint: Option<String>,
+    /// Subscribe to this topic (the master's kv_events_topic) or a prefix of it
+    ///
+    /// Default: every message, whatever its topic.
+    #[arg(long, value_name = "T", default_value = "", verbatim_doc_comment)]
+    pub(crate) topic: String,
 }
 
 impl TailArgs {
@@ -296,6 +301,17 @@ pub(crate) struct DemoArgs {
     /// Keep the publisher up SECS seconds after the workload, for late subscribers
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds, allow_negative_numbers = true)]
     pub(crate) linger: Duration,
+    /// The first frame of every message (kv_events_topic), e.g. kv@pod-1@model-a
+    #[arg(long, value_name = "T", default_value = "")]
+    pub(crate) topic: String,
+    /// Replay replies without the topic frame, as before vLLM 0.26
+    /// (kv_events_replay_topic_frame=false)
+    #[arg(long, verbatim_doc_comment)]
+    pub(crate) replay_without_topic_frame: bool,
+    /// After MS milliseconds without a message, send one with no event
+    /// (kv_events_heartbeat_ms; 0: never)
+    #[arg(long, value_name = "MS", default_value = "0", verbatim_doc_comment)]
+    pub(crate) heartbeat_ms: u32,
 }
 
 /// The options of `mirror`.
@@ -334,6 +350,11 @@ pub(crate) struct MirrorArgs {
     #[arg(long, value_name = "N", default_value = "16777216",
           value_parser = at_least_one_usize, allow_negative_numbers = true)]
     pub(crate) max_message_bytes: usize,
+    /// Subscribe to this topic (the master's kv_events_topic) or a prefix of it
+    ///
+    /// Default: every message, whatever its topic.
+    #[arg(long, value_name = "T", default_value = "", verbatim_doc_comment)]
+    pub(crate) topic: String,
 }
 
 impl MirrorArgs {
@@ -549,6 +570,7 @@ mod tests {
                 curve_server_keys: vec![PathBuf::from("m.pub")],
                 curve_secret_key: Some(PathBuf::from("me.key")),
                 max_message_bytes: 9,
+                topic: String::new(),
             }
         );
     }
@@ -648,6 +670,9 @@ mod tests {
                 send_hwm: None,
                 rate: None,
                 linger: Duration::ZERO,
+                topic: String::new(),
+                replay_without_topic_frame: false,
+                heartbeat_ms: 0,
             }
         );
         assert_eq!(demo("demo --rate 250").rate, Some(250.0));

@@ -116,6 +116,9 @@ fn configure(args: &DemoArgs) -> Result<(Config, Option<CurveClient>, Option<Run
         model_name: MODEL_NAME.into(),
         block_size: BLOCK_SIZE,
         replay_endpoint: args.replay_endpoint.clone().unwrap_or_default(),
+        topic: args.topic.clone(),
+        replay_topic_frame: !args.replay_without_topic_frame,
+        heartbeat_ms: args.heartbeat_ms,
         ..Config::default()
     };
     if let Some(send_hwm) = args.send_hwm {

@@ -69,6 +69,7 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
             endpoint: connect_form(endpoint),
             replay_endpoint: connect_form(replay),
             curve,
+            topic: args.topic.as_bytes().to_vec(),
         });
     }
     let names: Vec<String> = sources.iter().map(|s| s.endpoint.clone()).collect();

@@ -45,6 +45,7 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
         rcvhwm: RCVHWM,
         curve,
         max_message_bytes: args.max_message_bytes,
+        topic: args.topic.as_bytes().to_vec(),
     };
     let mut catchup = match &args.replay_endpoint {
         None => None,

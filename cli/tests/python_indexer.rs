@@ -339,6 +339,47 @@ fn python_indexer_ends_with_the_index_the_demo_expects_with_the_replay_socket() 
 }
 
 #[test]
+fn python_indexer_follows_a_topic_with_heartbeats_in_either_replay_form() {
+    for (name, form) in [
+        ("python-indexer-topic", None),
+        (
+            "python-indexer-topic-plain",
+            Some("--replay-without-topic-frame"),
+        ),
+    ] {
+        let run = Run::new(name);
+        let publisher = run.publisher();
+        let demo: Vec<&str> = ["--topic", "kv@pod-1@model-a", "--heartbeat-ms", "100"]
+            .into_iter()
+            .chain(form)
+            .collect();
+        let indexer = Indexer::start(&run.indexer_args(&[
+            "--publisher",
+            &publisher,
+            "--topic",
+            "kv@pod-1",
+            "--idle-timeout",
+            "5",
+        ]));
+        let demo = run
+            .demo(&["--wait", "1"])
+            .args(demo)
+            .output()
+            .expect("kv-events runs");
+        let indexer = indexer.wait();
+        assert!(demo.status.success(), "{}", explain("demo", &demo));
+        // Heartbeats went out before the subscription reached the demo: a first gap,
+        // replayed, like any other.
+        let counters = run.check(&indexer, &run.endpoint);
+        for counter in ["malformed", "incomplete", "incarnations"] {
+            assert_eq!(counters[counter], 0, "{counter}: {counters}");
+        }
+        assert!(counters["snapshots"].as_u64() <= Some(1), "{counters}");
+        assert_eq!(counters["gaps"], counters["replays"], "{counters}");
+    }
+}
+
+#[test]
 fn python_indexer_reads_a_curve_stream_and_replay_socket_with_its_keys() {
     let run = Run::new("python-indexer-curve");
     common::curve_keys(&run.dir.0, "indexer");

@@ -56,6 +56,8 @@ from zmq.utils.monitor import recv_monitor_message
 
 # The sequence frame that ends a replay: -1 as 8 signed big-endian bytes.
 END_OF_REPLAY = (-1).to_bytes(8, "big", signed=True)
+# The longest topic frame a publisher sends (kv_events_topic).
+MAX_TOPIC_BYTES = 255
 # A request whose answer stops coming for this long has failed (the socket is replaced).
 ASK_TIMEOUT = 5.0
 # A stream quiet this long: ask `info` whether the end of a burst was lost.
@@ -106,12 +108,13 @@ def decode_batch(payload):
 
 
 def decode_message(frames):
-    """(sequence, events) of a stream message: frames topic (empty), sequence, payload."""
+    """(sequence, events) of a stream message: frames topic, sequence, payload. A heartbeat
+    has no event."""
     if len(frames) != 3:
         raise Malformed(f"{len(frames)} frames, expected 3")
     topic, sequence, payload = frames
-    if topic:
-        raise Malformed(f"a topic of {len(topic)} bytes, expected none")
+    if len(topic) > MAX_TOPIC_BYTES:
+        raise Malformed(f"a topic of {len(topic)} bytes, expected at most {MAX_TOPIC_BYTES}")
     if len(sequence) != 8:
         raise Malformed(f"a sequence of {len(sequence)} bytes, expected 8")
     return int.from_bytes(sequence, "big"), decode_batch(payload)
@@ -350,11 +353,14 @@ class Follower:
         request = self.asked
         if request is None:
             return  # a late answer to an abandoned request on a socket not yet replaced
-        if len(frames) != 3 or frames[0] != b"":
+        rest = frames[1:]
+        if request.kind == "replay" and len(rest) == 3:
+            rest = rest[1:]  # the topic frame of a replayed message (vLLM 0.26 and after)
+        if len(rest) != 2 or frames[0] != b"":
             self.malformed(f"a reply of {len(frames)} frames from the replay socket")
             self.failed(now, "the replay socket's reply is not the protocol's")
             return
-        verb, body = frames[1], frames[2]
+        verb, body = rest
         request.deadline = now + ASK_TIMEOUT
         if verb == b"error":
             self.on_error(body.decode("utf-8", "replace"), now)
@@ -656,12 +662,12 @@ class Handshakes:
 class Link:
     """The sockets of one publisher, and its Follower."""
 
-    def __init__(self, context, stream, replay, curve_keys, now):
+    def __init__(self, context, stream, replay, curve_keys, now, topic=b""):
         self.context, self.stream, self.replay, self.curve_keys = context, stream, replay, curve_keys
         self.follower = Follower(stream, replay is not None, now)
         self.sub = self.socket(zmq.SUB)
         self.sub.setsockopt(zmq.RCVHWM, 1_000_000)
-        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.setsockopt(zmq.SUBSCRIBE, topic)
         self.handshakes = Handshakes(self.sub, curve_keys is not None)
         self.sub.connect(stream)
         self.dealer = None
@@ -815,6 +821,9 @@ def main(argv=None):
                         help="the publisher's public key file (its NAME.pub): read a CURVE stream")
     parser.add_argument("--curve-secret-key", metavar="FILE",
                         help="this indexer's key file (its NAME.key), whose .pub the publisher admits")
+    parser.add_argument("--topic", default="",
+                        help="subscribe to this topic (the master's kv_events_topic) or a prefix "
+                             "of it; default: every message")
     args = parser.parse_args(argv)
     publishers = args.endpoint + args.publisher
     if not publishers:
@@ -825,7 +834,8 @@ def main(argv=None):
 
     context = zmq.Context()
     now = time.monotonic()
-    links = [Link(context, stream, replay, curve_keys, now) for stream, replay in publishers]
+    topic = args.topic.encode()
+    links = [Link(context, stream, replay, curve_keys, now, topic) for stream, replay in publishers]
     for link in links:
         print(f"subscribed to {link.stream}" + (f", replay socket {link.replay}" if link.replay
                                                  else ""), file=sys.stderr, flush=True)

@@ -145,7 +145,15 @@ typedef struct kv_events_publisher kv_events_publisher;
   /* a ROUTER endpoint that answers info and replays recent messages; "": off */                   \
   STRING(replay_endpoint, NULL)                                                                    \
   /* bytes of recently sent payloads kept for replay (64 MiB) */                                   \
-  U64(replay_buffer_bytes, 67108864)
+  U64(replay_buffer_bytes, 67108864)                                                               \
+  /* the first frame of every message, live and replayed, e.g. "kv@pod-1@model-a"; "" by        \
+   * default; at most 255 bytes */                                                                 \
+  STRING(topic, NULL)                                                                              \
+  /* true: replayed messages are ["", topic, seq, payload] (vLLM 0.26 and after); false:           \
+   * ["", seq, payload] (earlier vLLM, SGLang) */                                                  \
+  BOOL(replay_topic_frame, true)                                                                   \
+  /* milliseconds without a message after which one with no event is sent; 0: never */            \
+  U32(heartbeat_ms, 0)
 
 /* How the lists of this header declare a struct's members; internal to the header. */
 #define KV_EVENTS_MEMBER_BOOL_(name, default_value) bool name;
@@ -270,7 +278,8 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(subscriber_connects, counter, "PUB connections whose handshake succeeded.")                    \
   X(subscriber_disconnects, counter, "PUB connections closed after their handshake.")              \
   X(replay_bytes_in_flight, gauge,                                                                 \
-    "Bytes of replay socket replies not yet written to their requesters.")
+    "Bytes of replay socket replies not yet written to their requesters.")                        \
+  X(heartbeats, counter, "Messages with no event sent after a silence.")
 
 #define KV_EVENTS_STAT_TYPE_flag bool
 #define KV_EVENTS_STAT_TYPE_counter uint64_t

@@ -6,6 +6,7 @@
 pub(crate) mod access;
 
 use crate::error::CreateError;
+use crate::wire::MAX_TOPIC_BYTES;
 use access::Access;
 use std::fmt;
 
@@ -95,6 +96,20 @@ mod bridge {
         /// `kv_events_replay_buffer_bytes`, default 64 MiB: how many bytes of recently sent
         /// payloads the replay socket keeps; the oldest go first. 0 keeps none (`info` only).
         pub replay_buffer_bytes: u64,
+        /// `kv_events_topic`, default empty: the first frame of every message, live and
+        /// replayed, as vLLM's `KVEventsConfig.topic` (llm-d names a stream
+        /// `kv@<pod>@<model>`). Subscribers may subscribe to it or to any prefix of it; at most
+        /// 255 bytes.
+        pub topic: String,
+        /// `kv_events_replay_topic_frame`, default true: each replayed message is
+        /// `["", topic, seq, payload]` and the end `["", "", -1, ""]`, the replies of vLLM 0.26
+        /// and after; false gives `["", seq, payload]` and `["", -1, ""]`, those of earlier
+        /// vLLM and SGLang.
+        pub replay_topic_frame: bool,
+        /// `kv_events_heartbeat_ms`, default 0 (off): after this many milliseconds without a
+        /// message, the publisher sends one with the next sequence and no event, so that a
+        /// subscriber sees a lost tail as a gap within that time; 0 or 10 to 3600000.
+        pub heartbeat_ms: u32,
     }
 }
 
@@ -124,6 +139,9 @@ impl Default for Config {
             send_hwm: 10_000,
             replay_endpoint: String::new(),
             replay_buffer_bytes: 64 << 20,
+            topic: String::new(),
+            replay_topic_frame: true,
+            heartbeat_ms: 0,
         }
     }
 }
@@ -182,6 +200,19 @@ impl Config {
                 "kv_events_send_hwm",
                 "must be at least 1 (0 would let one stalled subscriber grow the publisher \
                  without bound)",
+            );
+        }
+        if self.topic.len() > MAX_TOPIC_BYTES {
+            return invalid(
+                "kv_events_topic",
+                "must be at most 255 bytes (a subscription to it must fit what the PUB socket \
+                 accepts from a peer)",
+            );
+        }
+        if self.heartbeat_ms != 0 && !(10..=3_600_000).contains(&self.heartbeat_ms) {
+            return invalid(
+                "kv_events_heartbeat_ms",
+                "must be 0 (off) or between 10 and 3600000 (milliseconds)",
             );
         }
         if !self.replay_endpoint.is_empty() && self.replay_endpoint == self.bind_endpoint {
@@ -270,7 +301,7 @@ mod tests {
             line.contains(" backend_id=\"a, b: \\\"c\\\"\\nd\" model_name=\"\" "),
             "{line}"
         );
-        assert!(line.ends_with(" replay_buffer_bytes=67108864"), "{line}");
+        assert!(line.ends_with(" heartbeat_ms=0"), "{line}");
         assert!(!line.contains('\n'), "{line}");
         let debug = format!("{config:#?}");
         let names: Vec<&str> = debug

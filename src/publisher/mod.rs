@@ -24,6 +24,7 @@ use crate::recovery::snapshot::{self, ObjectSource};
 use crate::stats::{BuildInfo, Counters, Stats};
 use crate::transport::{Guard, Sockets};
 use crate::wire::encode::Encoder;
+use crate::wire::ReplyForm;
 use queue::{EventQueue, Record};
 use record::{ClearedEvent, ObjectEvents};
 use shared::Shared;
@@ -136,6 +137,11 @@ impl Publisher {
                     incarnation,
                     backend_id: config.backend_id.clone(),
                     dp_rank: config.dp_rank,
+                    form: if config.replay_topic_frame {
+                        ReplyForm::TopicFrame(config.topic.as_bytes().to_vec())
+                    } else {
+                        ReplyForm::Plain
+                    },
                 };
                 let taken = Arc::clone(&ring);
                 let snapshots = Snapshots {
@@ -162,6 +168,9 @@ impl Publisher {
             endpoint: config.bind_endpoint.clone(),
             listeners: sockets.listeners,
             ring,
+            topic: config.topic.as_bytes().to_vec(),
+            heartbeat: (config.heartbeat_ms > 0)
+                .then(|| Duration::from_millis(u64::from(config.heartbeat_ms))),
         };
         let worker = Worker::spawn(Arc::clone(&shared), outlet, Encoder::new(config))?;
         shared.queue.set_consumer(worker.thread().clone());

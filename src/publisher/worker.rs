@@ -1,10 +1,12 @@
 //! The publishing thread: takes records off the queue in order, batches and encodes their
-//! events, and sends each batch as one three-frame message on the PUB socket. A call whose
-//! tenant, key or group is not UTF-8 gets a message of its own.
+//! events, and sends each batch as one three-frame message on the PUB socket (topic,
+//! sequence, payload). A call whose tenant, key or group is not UTF-8 gets a message of its
+//! own. After `kv_events_heartbeat_ms` without a message it sends one with no event.
 //!
 //! The socket is an XPUB so that the thread sees what peers subscribe to: the stream has one
-//! topic, the empty one, and a peer that subscribes to anything else (which could never
-//! match, and which libzmq would keep in memory for as long as the peer stays) is cut off.
+//! topic, and a subscription to anything but a prefix of it could never match (libzmq keeps
+//! it for as long as the peer stays). Such a subscription is counted; a peer that keeps
+//! sending them is cut off ([`Refusals`]).
 
 use super::queue::Record;
 use super::scan::ScanLog;
@@ -16,6 +18,8 @@ use crate::recovery::replay::Ring;
 use crate::stats::Counters;
 use crate::transport::connections::Listeners;
 use crate::wire::encode::{needs_own_message, Encoder, MAX_BATCH_EVENTS};
+use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -33,6 +37,12 @@ const IDLE_WAIT: Duration = Duration::from_millis(50);
 
 /// How long shutdown may spend sending what is queued and letting the socket deliver it.
 pub(crate) const SHUTDOWN_LINGER: Duration = Duration::from_secs(1);
+
+/// Subscriptions that can never match one peer may send within [`REFUSALS_WINDOW`] before it
+/// is cut off: a client that guessed the topic wrong once keeps its connection (and reads
+/// nothing); one that floods them goes.
+const REFUSALS_ALLOWED: u32 = 8;
+const REFUSALS_WINDOW: Duration = Duration::from_secs(10);
 
 /// The publishing thread's state; it owns the socket and the encoder.
 pub(crate) struct Worker {
@@ -53,6 +63,12 @@ pub(crate) struct Worker {
     /// To cut a peer off by the descriptor its subscription came from.
     listeners: Arc<Listeners>,
     refused_subscriptions: RateLimited,
+    refusals: Refusals,
+    /// The first frame of every message.
+    topic: Vec<u8>,
+    heartbeat: Option<Duration>,
+    /// When the last message went out (or the thread started).
+    last_message: Instant,
     /// What was sent, for the replay socket, when there is one.
     ring: Option<Arc<Ring>>,
 }
@@ -63,6 +79,9 @@ pub(crate) struct Outlet {
     pub(crate) endpoint: String,
     pub(crate) listeners: Arc<Listeners>,
     pub(crate) ring: Option<Arc<Ring>>,
+    pub(crate) topic: Vec<u8>,
+    /// `kv_events_heartbeat_ms`, when on.
+    pub(crate) heartbeat: Option<Duration>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -86,6 +105,10 @@ impl Worker {
             listeners: outlet.listeners,
             ring: outlet.ring,
             refused_subscriptions: RateLimited::new(Duration::from_secs(10)),
+            refusals: Refusals::default(),
+            topic: outlet.topic,
+            heartbeat: outlet.heartbeat,
+            last_message: Instant::now(),
             encoder,
             scans: ScanLog::default(),
             batch: Vec::with_capacity(MAX_BATCH_EVENTS),
@@ -122,7 +145,10 @@ impl Worker {
             if now.duration_since(last_call) < IDLE_AFTER {
                 self.shared.queue.nap(NAP);
             } else {
-                self.shared.queue.sleep(IDLE_WAIT);
+                self.shared.queue.sleep(self.heartbeat_due().min(IDLE_WAIT));
+            }
+            if self.heartbeat_due().is_zero() {
+                self.send_heartbeat();
             }
         }
         let deadline = Instant::now() + SHUTDOWN_LINGER;
@@ -158,30 +184,84 @@ impl Worker {
         }
     }
 
-    /// Reads what peers sent: subscriptions to the empty topic and their cancellations are
-    /// libzmq's business; anything else is refused and its peer cut off.
+    /// Reads what peers sent: subscriptions to a prefix of the topic (the empty one
+    /// included) and their cancellations are libzmq's business; anything else is refused
+    /// and counted, and a peer that keeps sending them is cut off.
     fn take_subscriptions(&mut self) {
         let mut message = zmq::Message::new();
         while self.socket.recv(&mut message, zmq::DONTWAIT).is_ok() {
-            if matches!(&message[..], [0 | 1]) {
-                continue;
+            if let [0 | 1, prefix @ ..] = &message[..] {
+                if self.topic.starts_with(prefix) {
+                    continue;
+                }
             }
             Counters::add(&self.shared.counters.peers.subscriptions_refused, 1);
             let fd = message.gets("__fd").and_then(|fd| fd.parse().ok());
-            let cut = fd.is_some_and(|fd| self.listeners.cut(fd));
+            let flood = fd.is_some_and(|fd| self.refusals.one_more(fd, Instant::now()));
+            let cut = flood && fd.is_some_and(|fd| self.listeners.cut(fd));
             let size = message.len();
+            let topic = String::from_utf8_lossy(&self.topic).into_owned();
             self.refused_subscriptions.log(Level::Warn, || {
                 format!(
-                    "refused a subscription of {size} bytes: the stream's only topic is the \
-                     empty one{}",
+                    "refused a subscription of {size} bytes: it is no prefix of the stream's \
+                     topic {topic:?}, so it can match nothing{}",
                     if cut {
-                        "; its peer was disconnected"
+                        "; its peer kept sending such and was disconnected"
                     } else {
                         ""
                     }
                 )
             });
         }
+    }
+
+    /// How long until a heartbeat is due: `Duration::MAX` when heartbeats are off, zero
+    /// when one is due now.
+    fn heartbeat_due(&self) -> Duration {
+        self.heartbeat.map_or(Duration::MAX, |every| {
+            every.saturating_sub(self.last_message.elapsed())
+        })
+    }
+
+    /// Sends a message with the next sequence and no event, so that a subscriber that lost
+    /// the last messages before a silence sees the gap.
+    fn send_heartbeat(&mut self) {
+        self.number_drops();
+        self.encoder
+            .encode_batch(now_ms(), 0, std::iter::empty(), &mut self.payload);
+        if self.send_payload().is_ok() {
+            Counters::add(&self.shared.counters.heartbeats, 1);
+        }
+    }
+
+    /// Sends `payload` as the next message, `[topic, sequence, payload]`, for the replay
+    /// socket too, counting a failure.
+    fn send_payload(&mut self) -> zmq::Result<()> {
+        self.sequence += 1;
+        self.shared
+            .counters
+            .last_sequence
+            .store(self.sequence, Relaxed);
+        self.last_message = Instant::now();
+        let sent = self
+            .socket
+            .send(&self.topic[..], zmq::SNDMORE)
+            .and_then(|()| {
+                self.socket
+                    .send(&self.sequence.to_be_bytes()[..], zmq::SNDMORE)
+            })
+            .and_then(|()| self.socket.send(&self.payload[..], 0));
+        if let Some(ring) = &self.ring {
+            ring.sent(self.sequence, sent.is_ok().then_some(&self.payload[..]));
+        }
+        if let Err(e) = sent {
+            Counters::add(&self.shared.counters.send_failures, 1);
+            let sequence = self.sequence;
+            self.send_failures.log(Level::Warn, || {
+                format!("sending message {sequence} failed: {e}; its events are lost")
+            });
+        }
+        sent
     }
 
     /// Takes every queued record and sends what they hold; past `deadline`, records are
@@ -279,47 +359,48 @@ impl Worker {
         if self.batch_events == 0 {
             return;
         }
-        let timestamp_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         self.encoder.encode_batch(
-            timestamp_ms,
+            now_ms(),
             self.batch_events,
             self.batch.iter().flat_map(events_of),
             &mut self.payload,
         );
-        let counters = &self.shared.counters;
-        self.sequence += 1;
-        counters.last_sequence.store(self.sequence, Relaxed);
-
-        let sent = self
-            .socket
-            .send(&[][..], zmq::SNDMORE)
-            .and_then(|()| {
-                self.socket
-                    .send(&self.sequence.to_be_bytes()[..], zmq::SNDMORE)
-            })
-            .and_then(|()| self.socket.send(&self.payload[..], 0));
-        if let Some(ring) = &self.ring {
-            ring.sent(self.sequence, sent.is_ok().then_some(&self.payload[..]));
-        }
-        match sent {
-            Ok(()) => {
-                Counters::add(&counters.published_batches, 1);
-                Counters::add(&counters.published_events, self.batch_events);
-            }
-            Err(e) => {
-                Counters::add(&counters.send_failures, 1);
-                let sequence = self.sequence;
-                self.send_failures.log(Level::Warn, || {
-                    format!("sending batch {sequence} failed: {e}; its events are lost")
-                });
-            }
+        if self.send_payload().is_ok() {
+            let counters = &self.shared.counters;
+            Counters::add(&counters.published_batches, 1);
+            Counters::add(&counters.published_events, self.batch_events);
         }
         for record in self.batch.drain(..) {
             record.recycle(&self.shared.strings);
         }
         self.batch_events = 0;
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Refused subscriptions per peer (by descriptor) within [`REFUSALS_WINDOW`].
+#[derive(Debug, Default)]
+struct Refusals(HashMap<RawFd, (u32, Instant)>);
+
+impl Refusals {
+    /// Counts one more from the peer on `fd`; true when it went past [`REFUSALS_ALLOWED`]
+    /// (then it is forgotten, as it is about to be cut off).
+    fn one_more(&mut self, fd: RawFd, now: Instant) -> bool {
+        // A descriptor number outlives its connection here; an old count lapses instead.
+        self.0
+            .retain(|_, (_, since)| now.duration_since(*since) < REFUSALS_WINDOW);
+        let (count, _) = self.0.entry(fd).or_insert((0, now));
+        *count += 1;
+        if *count <= REFUSALS_ALLOWED {
+            return false;
+        }
+        self.0.remove(&fd);
+        true
     }
 }
 

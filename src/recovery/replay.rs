@@ -3,10 +3,11 @@
 //!
 //! Requests are the frames after the ROUTER's routing id (a DEALER sends them as written):
 //! - `["", start_seq]`, `start_seq` 8 bytes big-endian: every retained message with sequence
-//!   at least `start_seq`, in order, each `["", seq, payload]` byte for byte as the PUB socket
-//!   sent it, then `["", -1 as 8 signed big-endian bytes, ""]`. This is vLLM's replay
-//!   protocol, so its clients work unchanged. What the buffer no longer holds, or what was
-//!   never sent, is absent.
+//!   at least `start_seq`, in order, each `["", topic, seq, payload]` byte for byte as the PUB
+//!   socket sent it, then `["", "", -1 as 8 signed big-endian bytes, ""]`: vLLM's replay
+//!   protocol since 0.26, so its clients work unchanged; with `kv_events_replay_topic_frame`
+//!   off, the form before it, `["", seq, payload]` and `["", -1, ""]` ([`ReplyForm`]). What
+//!   the buffer no longer holds, or what was never sent, is absent.
 //! - `["", "snapshot"]` or `["", "snapshot", tenant_id]`: every object readable now (of that
 //!   tenant), as `["", "snapshot", batch]` messages, then `["", "snapshot-end", map]` with
 //!   `sequence` (S), `objects`, `events`, `incarnation` and `tenant`: see [`super::snapshot`].
@@ -33,6 +34,7 @@ use crate::error::CreateError;
 use crate::log::{log, Level};
 use crate::stats::PeerCounters;
 use crate::transport::connections::Listeners;
+use crate::wire::ReplyForm;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -41,8 +43,6 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// The sequence frame that ends a replay: -1 as a signed 64-bit big-endian integer.
-const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
 /// Replays sent at once; a request beyond them is answered "busy".
 const MAX_REPLAYS: usize = 8;
 /// Messages one replay sends before the others get their turn.
@@ -129,12 +129,13 @@ impl Ring {
     }
 }
 
-/// What `info` says besides the ring's state.
+/// What `info` says besides the ring's state, and the form of replayed messages.
 #[derive(Clone, Debug)]
 pub(crate) struct Identity {
     pub(crate) incarnation: u64,
     pub(crate) backend_id: String,
     pub(crate) dp_rank: u32,
+    pub(crate) form: ReplyForm,
 }
 
 /// Where snapshots come from: the master's object source, once registered, and what a
@@ -524,7 +525,8 @@ impl Serving {
         let slice = self.ring.slice(replay.next, replay.through, SLICE);
         if slice.is_empty() {
             let end: Arc<[u8]> = Arc::from(&[][..]);
-            return match to.send(&mut self.socket, &self.counters, &[&END_OF_REPLAY], &end) {
+            let head = self.identity.form.end_head();
+            return match to.send(&mut self.socket, &self.counters, head, &end) {
                 Reply::Yes | Reply::Gone => false,
                 Reply::Wait => true,
                 Reply::Behind => !stalled(replay, &self.counters, &self.listeners),
@@ -532,12 +534,8 @@ impl Serving {
         }
         for (sequence, payload) in slice {
             let sequence_frame = sequence.to_be_bytes();
-            match to.send(
-                &mut self.socket,
-                &self.counters,
-                &[&sequence_frame],
-                &payload,
-            ) {
+            let head = self.identity.form.head(&sequence_frame);
+            match to.send(&mut self.socket, &self.counters, &head, &payload) {
                 Reply::Yes => {
                     replay.next = sequence + 1;
                     replay.stalled_since = None;

@@ -3,11 +3,8 @@
 //! from it and notices a loss at the end of a burst, which no later message would show.
 
 use super::watch::{Batch, Continuity, CurveClient, WatchError};
-use crate::wire::decode_message;
+use crate::wire::{decode_message, Replayed};
 use std::time::{Duration, Instant};
-
-/// The sequence frame that ends a replay: -1 as a signed 64-bit big-endian integer.
-const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
 
 /// What the publisher's `info` reply says. Keys it does not know are ignored, and a key
 /// that is missing keeps its default.
@@ -108,20 +105,18 @@ impl ReplayClient {
         let mut batches = Vec::new();
         loop {
             let frames = self.reply(deadline)?;
-            match frames.as_slice() {
-                [_, sequence, payload] if sequence.as_slice() == END_OF_REPLAY => {
-                    if !payload.is_empty() {
-                        return Err(self.unexpected(&frames));
-                    }
-                    return Ok(batches);
-                }
-                [_, sequence, _] if sequence.len() == 8 && !below(sequence, until) => {}
-                [_, sequence, payload] if sequence.len() == 8 => {
-                    let message =
-                        decode_message(&[&[][..], sequence.as_slice(), payload.as_slice()])?;
+            let replayed = match frames.split_first() {
+                Some((delimiter, rest)) if delimiter.is_empty() => Replayed::read(rest),
+                _ => None,
+            };
+            match replayed {
+                Some(Replayed::End) => return Ok(batches),
+                Some(Replayed::Message { sequence, .. }) if !below(sequence, until) => {}
+                Some(Replayed::Message { sequence, payload }) => {
+                    let message = decode_message(&[&[][..], sequence, payload])?;
                     batches.push(Batch::new(message, Continuity::Next));
                 }
-                other => return Err(self.unexpected(other)),
+                None => return Err(self.unexpected(&frames)),
             }
         }
     }

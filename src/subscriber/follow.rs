@@ -36,14 +36,12 @@ use super::index::{json_bytes, Index};
 use super::watch::{
     Batch, CurveClient, Subscriber, SubscriberOptions, WatchError, DEFAULT_MAX_MESSAGE_BYTES,
 };
-use crate::wire::decode_message;
+use crate::wire::{decode_message, Replayed};
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// The sequence frame that ends a replay: -1 as a signed 64-bit big-endian integer.
-const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
 /// The longest [`Follower::poll`] waits on its sockets before looking at its timers.
 const TICK: Duration = Duration::from_millis(20);
 /// How long one publisher's sockets are read before the others, and the timers, get their
@@ -60,6 +58,8 @@ pub struct Source {
     pub replay_endpoint: String,
     /// The publisher's public key and the subscriber's key pair; `None`: plain.
     pub curve: Option<CurveClient>,
+    /// What to subscribe to: the publisher's topic or a prefix of it; empty: everything.
+    pub topic: Vec<u8>,
 }
 
 impl Source {
@@ -69,6 +69,7 @@ impl Source {
             endpoint: endpoint.into(),
             replay_endpoint: replay_endpoint.into(),
             curve: None,
+            topic: Vec::new(),
         }
     }
 }
@@ -451,6 +452,7 @@ impl Follower {
                     rcvhwm: options.rcvhwm,
                     curve: source.curve.clone(),
                     max_message_bytes: options.max_message_bytes,
+                    topic: source.topic.clone(),
                 },
             )
             .map_err(|e| format!("cannot subscribe to {}: {e}", source.endpoint))?;
@@ -960,18 +962,19 @@ impl Followed {
                     until,
                     started,
                 },
-                [sequence, payload],
-            ) if sequence.len() == 8 => {
+                rest,
+            ) if Replayed::read(rest).is_some() => {
                 self.failing = None;
-                if sequence.as_slice() == END_OF_REPLAY {
-                    self.end_replay(from, until, started, notice);
-                } else {
-                    self.asking = Some(Ask::Replay {
-                        from,
-                        until,
-                        started,
-                    });
-                    self.on_replayed(sequence, payload, until, notice);
+                match Replayed::read(rest) {
+                    Some(Replayed::Message { sequence, payload }) => {
+                        self.asking = Some(Ask::Replay {
+                            from,
+                            until,
+                            started,
+                        });
+                        self.on_replayed(sequence, payload, until, notice);
+                    }
+                    _ => self.end_replay(from, until, started, notice),
                 }
             }
             (

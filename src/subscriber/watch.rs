@@ -203,6 +203,9 @@ pub struct SubscriberOptions {
     /// whose frames are each under it but together over is received and refused with
     /// [`WatchError::TooLarge`].
     pub max_message_bytes: usize,
+    /// What to subscribe to: the publisher's topic (`kv_events_topic`) or a prefix of it;
+    /// default empty: every message.
+    pub topic: Vec<u8>,
 }
 
 impl Default for SubscriberOptions {
@@ -211,6 +214,7 @@ impl Default for SubscriberOptions {
             rcvhwm: 1000,
             curve: None,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            topic: Vec::new(),
         }
     }
 }
@@ -234,7 +238,7 @@ pub enum Reach {
     Reached,
 }
 
-/// A SUB socket connected to a publisher, subscribed to everything.
+/// A SUB socket connected to a publisher, subscribed to its topic (everything by default).
 pub struct Subscriber {
     _context: zmq::Context,
     socket: zmq::Socket,
@@ -297,7 +301,7 @@ impl Subscriber {
         socket.set_rcvhwm(options.rcvhwm)?;
         socket.set_maxmsgsize(i64::try_from(options.max_message_bytes).unwrap_or(i64::MAX))?;
         socket.set_linger(0)?;
-        socket.set_subscribe(b"")?;
+        socket.set_subscribe(&options.topic)?;
         if let Some(curve) = &options.curve {
             socket.set_curve_serverkey(&curve.server_key.0)?;
             socket.set_curve_publickey(&curve.keys.public.0)?;

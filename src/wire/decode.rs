@@ -123,7 +123,10 @@ pub(super) mod tests {
         let body = payload(&Value::Array(vec![]));
         for (frames, why) in [
             (vec![vec![]], "1 frames"),
-            (vec![b"t".to_vec(), vec![0; 8], body.clone()], "topic"),
+            (
+                vec![vec![b't'; 256], vec![0; 8], body.clone()],
+                "topic of 256",
+            ),
             (vec![vec![], vec![0; 4], body.clone()], "sequence of 4"),
             (
                 vec![vec![], vec![0; 8], body],
@@ -182,7 +185,7 @@ pub(super) mod tests {
             ),
             (
                 many_events,
-                "events (byte 2) is an array of 65, expected 1 to 64 events",
+                "events (byte 2) is an array of 65, expected 0 (a heartbeat) to 64 events",
             ),
             (
                 vec![0x93, 0xa1, b'x'],

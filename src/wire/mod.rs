@@ -5,11 +5,16 @@
 
 mod decode;
 pub(crate) mod encode;
+mod replay;
 mod typed;
 mod validate;
 
 pub use decode::{decode_message, field, to_json};
+pub(crate) use replay::ReplyForm;
+pub use replay::{Replayed, END_OF_REPLAY};
 pub use typed::{Bytes, Event, Message};
-pub use validate::{Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS, MAX_EVENT_KEYS};
+pub use validate::{
+    Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS, MAX_EVENT_KEYS, MAX_TOPIC_BYTES,
+};
 
 pub(crate) use validate::wrong_frames;

@@ -511,15 +511,16 @@ mod tests {
         let mut long_sequence = good.clone();
         long_sequence[1].push(0);
         let mut topic = good.clone();
-        topic[0] = b"t".to_vec();
+        topic[0] = vec![b't'; 256];
         let many = frames(1, vec![stored(Value::from("k")); 65]);
-        let none = frames(1, vec![]);
         for (frames, why) in [
             (good[..2].to_vec(), "2 frames, expected 3"),
             (long_sequence, "a sequence of 9 bytes, expected 8"),
-            (topic, "a topic of 1 bytes"),
-            (many, "an array of 65, expected 1 to 64 events"),
-            (none, "an array of 0, expected 1 to 64 events"),
+            (topic, "a topic of 256 bytes, expected at most 255"),
+            (
+                many,
+                "an array of 65, expected 0 (a heartbeat) to 64 events",
+            ),
         ] {
             let err = Message::<Event>::decode(&frames).unwrap_err().to_string();
             assert!(err.contains(why), "{err}\nwanted: {why}");

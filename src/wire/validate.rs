@@ -1,5 +1,5 @@
-//! The stream's format checked before anything is decoded: the envelope (three frames, an
-//! empty topic, an 8-byte sequence), then the payload byte by byte, every length it claims
+//! The stream's format checked before anything is decoded: the envelope (three frames, a
+//! topic of at most [`MAX_TOPIC_BYTES`], an 8-byte sequence), then the payload byte by byte, every length it claims
 //! held to a bound or to the bytes left. Both decoders start here, so they are equally strict
 //! and equally bounded.
 
@@ -28,8 +28,11 @@ pub(super) fn envelope<F: Deref<Target = [u8]>>(
     let [topic, sequence, payload] = frames else {
         return malformed(wrong_frames(frames.len()));
     };
-    if !topic.is_empty() {
-        return malformed(format!("a topic of {} bytes, expected none", topic.len()));
+    if topic.len() > MAX_TOPIC_BYTES {
+        return malformed(format!(
+            "a topic of {} bytes, expected at most {MAX_TOPIC_BYTES}",
+            topic.len()
+        ));
     }
     let Ok(sequence) = <[u8; 8]>::try_from(&sequence[..]) else {
         return malformed(format!(
@@ -45,8 +48,12 @@ pub(crate) fn wrong_frames(count: usize) -> String {
     format!("{count} frames, expected 3 (topic, sequence, payload)")
 }
 
-/// The most events a message may hold: the wire format's batches hold 1 to 64.
+/// The most events a message may hold: the wire format's batches hold 1 to 64, and a
+/// heartbeat none.
 pub const MAX_BATCH_EVENTS: u32 = 64;
+/// The longest topic frame a publisher sends (`kv_events_topic`): a subscription to it, one
+/// byte longer, fits in what the PUB socket takes from a peer in one message (512 bytes).
+pub const MAX_TOPIC_BYTES: usize = 255;
 /// The most keys an event map may have: the largest map of the format has 20 (a legacy
 /// `stored`), so this leaves room for fields added later.
 pub const MAX_EVENT_KEYS: u32 = 32;
@@ -95,17 +102,17 @@ impl<'p> Payload<'p> {
         let timestamp_ms = p.uint("timestamp_ms")?;
         let (at, marker) = p.marker("events")?;
         let events = match array_len(&mut p, marker)? {
-            Some(n @ 1..=MAX_BATCH_EVENTS) => n,
+            Some(n @ 0..=MAX_BATCH_EVENTS) => n,
             Some(n) => {
                 return Err(format!(
-                    "events (byte {at}) is an array of {n}, expected 1 to {MAX_BATCH_EVENTS} \
-                     events"
+                    "events (byte {at}) is an array of {n}, expected 0 (a heartbeat) to \
+                     {MAX_BATCH_EVENTS} events"
                 ))
             }
             None => {
                 return Err(format!(
-                    "events (byte {at}) is {}, expected an array of 1 to {MAX_BATCH_EVENTS} \
-                     events",
+                    "events (byte {at}) is {}, expected an array of 0 (a heartbeat) to \
+                     {MAX_BATCH_EVENTS} events",
                     kind(marker)
                 ))
             }

@@ -272,6 +272,36 @@ def test_a_gap_still_held_is_replayed():
     assert r.f.counters["snapshots"] == 1 and r.f.counters["replays"] == 1
 
 
+def test_replies_with_the_topic_frame_and_topics_on_the_stream_are_read_alike():
+    # vLLM 0.26 and after: ["", topic, seq, payload], the end ["", "", -1, ""]; live
+    # messages carry the topic too.
+    topic = b"kv@pod-1@model-a"
+    r = Run()
+    r.live_at(10, stored("a"))
+    r.stream([topic] + message(11, stored("b"))[1:], [topic] + message(14, stored("e"))[1:])
+    assert r.sent() == [INFO]
+    r.reply(info(last=14, oldest=3))
+    assert r.sent() == [replay_from(12)]
+    r.reply(*[[b"", topic] + replayed(n, *e)[1:] for n, e in
+              [(12, [stored("c")]), (13, [removed("a")]), (14, [stored("e")])]],
+            [b"", b"", END, b""])
+    assert plain(r.f) == [("t", k, ["cpu"]) for k in "bce"]
+    assert r.f.last == 14 and r.f.counters["malformed"] == 0, r.notes
+
+
+def test_a_heartbeat_moves_the_sequence_on_and_shows_a_lost_tail():
+    r = Run()
+    r.live_at(10, stored("a"))
+    r.stream(message(11))                      # a heartbeat: no event
+    assert r.f.last == 11 and r.sent() == []
+    r.stream(message(13))                      # 12 was lost before a silence
+    assert r.sent() == [INFO]
+    r.reply(info(last=13, oldest=3))
+    assert r.sent() == [replay_from(12)]
+    r.reply(replayed(12, stored("b")), replayed(13), end_of_replay())
+    assert plain(r.f) == [("t", k, ["cpu"]) for k in "ab"] and r.f.last == 13
+
+
 def test_a_gap_no_longer_held_is_a_snapshot():
     r = Run()
     r.live_at(10, stored("a"))
@@ -506,7 +536,7 @@ def test_malformed_stream_messages_are_counted_and_skipped():
     r.stream([b"", (11).to_bytes(8, "big")],                        # 2 frames
              [b"garbage"],
              [b"", b"", b"", b""],
-             [b"topic", (11).to_bytes(8, "big"), payload([])],
+             [b"t" * 256, (11).to_bytes(8, "big"), payload([])],           # a topic too long
              [b"", b"\x00\x0b", payload([])],                        # a short sequence
              [b"", (11).to_bytes(8, "big"), b"\xc1\xc1 not msgpack"],
              [b"", (11).to_bytes(8, "big"), msgpack.packb({"a": 1})],

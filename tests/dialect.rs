@@ -1,0 +1,218 @@
+//! The dialect of the field's consumers, on real sockets: the topic frame, which
+//! subscriptions are admitted, the two forms of replay replies, heartbeats. Frames are read
+//! raw and payloads decoded with `rmpv`, not with the library's decoders.
+
+use kv_events_testing as common;
+
+use common::{config, eventually, publish};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
+use rmpv::Value;
+use std::time::Duration;
+
+const CPU: MediumSet = MediumSet::EMPTY.with(Medium::Cpu);
+const TOPIC: &[u8] = b"kv@pod-1@model-a";
+
+/// A raw SUB socket subscribed to `subscription`, connected to `endpoint`.
+fn sub(endpoint: &str, subscription: &[u8]) -> zmq::Socket {
+    let socket = zmq::Context::new().socket(zmq::SUB).unwrap();
+    socket.set_linger(0).unwrap();
+    socket.set_subscribe(subscription).unwrap();
+    socket.connect(endpoint).unwrap();
+    socket
+}
+
+fn dealer(endpoint: &str) -> zmq::Socket {
+    let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
+    socket.set_linger(0).unwrap();
+    socket.set_rcvtimeo(20_000).unwrap();
+    socket.connect(endpoint).unwrap();
+    socket
+}
+
+/// The next message on `socket` within 10 s, frame by frame.
+fn next(socket: &zmq::Socket) -> Option<Vec<Vec<u8>>> {
+    (socket.poll(zmq::POLLIN, 10_000).unwrap() > 0).then(|| socket.recv_multipart(0).unwrap())
+}
+
+/// A payload as msgpack values: `[timestamp_ms, events, dp_rank]`.
+fn batch(payload: &[u8]) -> Vec<Value> {
+    match rmpv::decode::read_value(&mut &payload[..]).unwrap() {
+        Value::Array(items) if items.len() == 3 => items,
+        other => panic!("not a batch: {other}"),
+    }
+}
+
+/// Publishes one call after another until `socket` receives one (the slow joiner), then
+/// returns that message.
+fn first_message(publisher: &Publisher, socket: &zmq::Socket) -> Vec<Vec<u8>> {
+    for call in 0..100 {
+        publisher.on_put_commit("t", format!("join-{call}"), "", CPU);
+        if socket.poll(zmq::POLLIN, 100).unwrap() > 0 {
+            return socket.recv_multipart(0).unwrap();
+        }
+    }
+    panic!("nothing arrived");
+}
+
+#[test]
+fn every_message_carries_the_topic_and_each_prefix_of_it_is_a_subscription() {
+    let (publisher, endpoint) = publish(Config {
+        topic: String::from_utf8(TOPIC.to_vec()).unwrap(),
+        ..config("")
+    });
+    let exact = sub(&endpoint, TOPIC);
+    let prefix = sub(&endpoint, b"kv@");
+    let everything = sub(&endpoint, b"");
+    let wrong = sub(&endpoint, b"kv@pod-2");
+    let frames = first_message(&publisher, &exact);
+    assert_eq!(frames.len(), 3);
+    assert_eq!(frames[0], TOPIC);
+    assert_eq!(frames[1].len(), 8);
+    assert_eq!(batch(&frames[2])[1].as_array().unwrap().len(), 1);
+    publisher.on_put_commit("t", "after", "", CPU);
+    assert!(publisher.flush(Duration::from_secs(10)));
+    for socket in [&prefix, &everything] {
+        let saw_after = std::iter::from_fn(|| next(socket)).any(|frames| {
+            assert_eq!(frames[0], TOPIC);
+            batch(&frames[2])[1][0]["object_key"].as_str() == Some("after")
+        });
+        assert!(saw_after, "a subscriber of a prefix missed the stream");
+    }
+    // The wrong guess reads nothing, is counted once, and keeps its connection.
+    assert_eq!(wrong.poll(zmq::POLLIN, 300).unwrap(), 0);
+    let stats = publisher.stats();
+    assert_eq!(stats.subscriptions_refused, 1, "{stats:?}");
+    assert_eq!(stats.subscriber_disconnects, 0, "{stats:?}");
+    assert_eq!(stats.subscribers, 4, "{stats:?}");
+}
+
+#[test]
+fn a_peer_that_floods_refused_subscriptions_is_cut_off() {
+    let (publisher, endpoint) = publish(Config {
+        topic: "kv@pod-1@model-a".into(),
+        ..config("")
+    });
+    let flood = sub(&endpoint, b"x0");
+    assert!(eventually(|| publisher.stats().subscribers == 1));
+    for n in 1..20 {
+        flood.set_subscribe(format!("x{n}").as_bytes()).unwrap();
+    }
+    assert!(
+        eventually(|| publisher.stats().subscriber_disconnects >= 1),
+        "{:?}",
+        publisher.stats()
+    );
+    assert!(publisher.stats().subscriptions_refused > 8);
+}
+
+/// A publisher with a replay socket and `topic`, replies in the form `topic_frame` says,
+/// after `messages` messages of one event each; its replay endpoint.
+fn replaying(topic_frame: bool, messages: usize) -> (Publisher, String) {
+    let replay = common::endpoint();
+    let (publisher, _) = publish(Config {
+        topic: "kv@pod-1@model-a".into(),
+        replay_topic_frame: topic_frame,
+        replay_endpoint: replay.clone(),
+        ..config("")
+    });
+    for call in 0..messages {
+        publisher.on_put_commit("t", format!("k{call}"), "", CPU);
+        assert!(publisher.flush(Duration::from_secs(10)));
+    }
+    (publisher, replay)
+}
+
+/// Asks `replay` for a replay from sequence 1 and reads every reply up to and including
+/// the end, raw.
+fn replay_from_1(replay: &str) -> Vec<Vec<Vec<u8>>> {
+    let dealer = dealer(replay);
+    dealer
+        .send_multipart([&b""[..], &1u64.to_be_bytes()], 0)
+        .unwrap();
+    let mut replies = Vec::new();
+    loop {
+        let frames = dealer.recv_multipart(0).expect("a reply within 20 s");
+        let end = frames.last().is_some_and(|f| f.is_empty());
+        replies.push(frames);
+        if end {
+            return replies;
+        }
+    }
+}
+
+#[test]
+fn replayed_messages_have_the_live_frames_and_end_as_vllm_ends_them() {
+    let (_publisher, replay) = replaying(true, 3);
+    let replies = replay_from_1(&replay);
+    assert_eq!(replies.len(), 4);
+    for (i, frames) in replies[..3].iter().enumerate() {
+        assert_eq!(frames.len(), 4, "{frames:?}");
+        assert_eq!(frames[0], b"");
+        assert_eq!(frames[1], TOPIC);
+        assert_eq!(frames[2], (i as u64 + 1).to_be_bytes());
+        let key = format!("k{i}");
+        assert_eq!(
+            batch(&frames[3])[1][0]["object_key"].as_str(),
+            Some(&key[..])
+        );
+    }
+    // vLLM's end marker: an empty topic frame, -1, an empty payload.
+    let end: [&[u8]; 4] = [b"", b"", &(-1i64).to_be_bytes(), b""];
+    assert_eq!(replies[3], end);
+}
+
+#[test]
+fn without_the_topic_frame_replies_are_the_older_form() {
+    let (_publisher, replay) = replaying(false, 2);
+    let replies = replay_from_1(&replay);
+    assert_eq!(replies.len(), 3);
+    for (i, frames) in replies[..2].iter().enumerate() {
+        assert_eq!(frames.len(), 3, "{frames:?}");
+        assert_eq!(frames[0], b"");
+        assert_eq!(frames[1], (i as u64 + 1).to_be_bytes());
+        batch(&frames[2]);
+    }
+    let end: [&[u8]; 3] = [b"", &(-1i64).to_be_bytes(), b""];
+    assert_eq!(replies[2], end);
+}
+
+#[test]
+fn a_heartbeat_after_a_silence_shows_a_lost_tail_as_a_gap() {
+    let (publisher, endpoint) = publish(Config {
+        heartbeat_ms: 100,
+        ..config("")
+    });
+    // Sent before anyone subscribed: lost for the subscriber that comes next.
+    publisher.on_put_commit("t", "lost", "", CPU);
+    assert!(publisher.flush(Duration::from_secs(10)));
+    let socket = sub(&endpoint, b"");
+    let frames = next(&socket).expect("a heartbeat within 10 s");
+    assert_eq!(frames[0], b"");
+    let sequence = u64::from_be_bytes(frames[1].clone().try_into().unwrap());
+    assert!(
+        sequence >= 2,
+        "the heartbeat took the next sequence: {sequence}"
+    );
+    let heartbeat = batch(&frames[2]);
+    assert!(heartbeat[0].is_u64(), "{heartbeat:?}");
+    assert_eq!(heartbeat[1], Value::Array(vec![]));
+    assert_eq!(heartbeat[2], Value::from(0u8));
+    // They go on while nothing happens, one sequence each.
+    let frames = next(&socket).expect("another heartbeat");
+    assert_eq!(
+        u64::from_be_bytes(frames[1].clone().try_into().unwrap()),
+        sequence + 1
+    );
+    let stats = publisher.stats();
+    assert!(stats.heartbeats >= 2, "{stats:?}");
+    assert_eq!(stats.published_batches, 1, "{stats:?}");
+}
+
+#[test]
+fn no_heartbeat_unless_asked_for() {
+    let (publisher, endpoint) = publish(config(""));
+    let socket = sub(&endpoint, b"");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(socket.poll(zmq::POLLIN, 500).unwrap(), 0);
+    assert_eq!(publisher.stats().heartbeats, 0);
+}
