@@ -64,6 +64,7 @@ fn every_message_carries_the_topic_and_each_prefix_of_it_is_a_subscription() {
     let prefix = sub(&endpoint, b"kv@");
     let everything = sub(&endpoint, b"");
     let wrong = sub(&endpoint, b"kv@pod-2");
+    assert!(eventually(|| publisher.stats().subscribers == 4));
     let frames = first_message(&publisher, &exact);
     assert_eq!(frames.len(), 3);
     assert_eq!(frames[0], TOPIC);
@@ -74,7 +75,9 @@ fn every_message_carries_the_topic_and_each_prefix_of_it_is_a_subscription() {
     for socket in [&prefix, &everything] {
         let saw_after = std::iter::from_fn(|| next(socket)).any(|frames| {
             assert_eq!(frames[0], TOPIC);
-            batch(&frames[2])[1][0]["object_key"].as_str() == Some("after")
+            let events = batch(&frames[2]);
+            let mut keys = events[1].as_array().unwrap().iter();
+            keys.any(|e| e["object_key"].as_str() == Some("after"))
         });
         assert!(saw_after, "a subscriber of a prefix missed the stream");
     }
@@ -215,4 +218,162 @@ fn no_heartbeat_unless_asked_for() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(socket.poll(zmq::POLLIN, 500).unwrap(), 0);
     assert_eq!(publisher.stats().heartbeats, 0);
+}
+
+/// The replay consumer of llm-d's router (its `zmqSubscriber`, pkg/kvevents, as of its
+/// replay PR): a SUB of a topic prefix, a DEALER per replay request, two watermarks (the
+/// last live sequence seen, the last sequence handed on), a replay from 0 on joining
+/// mid-stream and after the sequence goes back. Written here after its source, to check
+/// that what it expects of the frames is what the publisher sends.
+struct LlmdConsumer {
+    sub: zmq::Socket,
+    replay_endpoint: String,
+    last_seq: Option<u64>,
+    last_live_seq: Option<u64>,
+    /// Sequences handed on (to its indexer), in order.
+    handed: Vec<u64>,
+    replays: u32,
+    resets: u32,
+}
+
+impl LlmdConsumer {
+    fn new(endpoint: &str, replay_endpoint: &str, topic_filter: &[u8]) -> LlmdConsumer {
+        let sub = sub(endpoint, topic_filter);
+        sub.set_rcvhwm(1).unwrap();
+        sub.set_rcvbuf(4096).unwrap();
+        LlmdConsumer {
+            sub,
+            replay_endpoint: replay_endpoint.into(),
+            last_seq: None,
+            last_live_seq: None,
+            handed: Vec::new(),
+            replays: 0,
+            resets: 0,
+        }
+    }
+
+    /// `parseEventFrame`: exactly three frames, a sequence of at least 8 bytes.
+    fn parse(frames: &[Vec<u8>]) -> Option<u64> {
+        match frames {
+            [_topic, seq, _payload] if seq.len() >= 8 => {
+                Some(u64::from_be_bytes(seq[..8].try_into().unwrap()))
+            }
+            _ => None,
+        }
+    }
+
+    /// `requestReplay`: false when a reply is malformed.
+    fn request_replay(&mut self, start: u64) -> bool {
+        self.replays += 1;
+        let dealer = dealer(&self.replay_endpoint);
+        dealer
+            .send_multipart([&b""[..], &start.to_be_bytes()], 0)
+            .unwrap();
+        loop {
+            let mut frames = dealer.recv_multipart(0).expect("a reply within 20 s");
+            if frames.first().is_some_and(Vec::is_empty) {
+                frames.remove(0);
+            }
+            if frames.len() == 3 && frames[2].is_empty() {
+                return true;
+            }
+            let Some(seq) = Self::parse(&frames) else {
+                return false;
+            };
+            assert_eq!(frames[0], TOPIC, "a replayed message carries the topic");
+            if self.last_seq.is_some_and(|last| seq <= last) {
+                continue;
+            }
+            self.handed.push(seq);
+            self.last_seq = Some(seq);
+        }
+    }
+
+    /// One live message, as `runSubscriber` takes it.
+    fn on_live(&mut self, frames: &[Vec<u8>]) {
+        let seq = Self::parse(frames).expect("a well-formed live message");
+        if self.last_live_seq.is_some_and(|live| seq < live) {
+            // The sequence went back: a restart. Reset the source and rebuild.
+            self.resets += 1;
+            self.last_seq = None;
+            self.handed.clear();
+            assert!(self.request_replay(0));
+        }
+        if self.last_live_seq == Some(seq) {
+            return;
+        }
+        self.last_live_seq = Some(seq);
+        if self.last_seq.is_some_and(|last| seq <= last) {
+            return;
+        }
+        if let Some(last) = self.last_seq.filter(|last| seq > last + 1) {
+            assert!(self.request_replay(last + 1), "a gap replay");
+        }
+        if self.last_seq.is_none() && seq > 0 {
+            assert!(self.request_replay(0), "a replay on joining mid-stream");
+        }
+        if self.last_seq.is_some_and(|last| seq != last + 1) {
+            return;
+        }
+        self.handed.push(seq);
+        self.last_seq = Some(seq);
+    }
+
+    /// Takes what arrived until the stream is quiet for `quiet`.
+    fn read(&mut self, quiet: Duration) {
+        while self
+            .sub
+            .poll(zmq::POLLIN, quiet.as_millis() as i64)
+            .unwrap()
+            > 0
+        {
+            let frames = self.sub.recv_multipart(0).unwrap();
+            self.on_live(&frames);
+        }
+    }
+}
+
+/// A publisher on `endpoint` and `replay` with the llm-d topic, every message replayable.
+fn llmd_publisher(endpoint: &str, replay: &str) -> Publisher {
+    Publisher::create(&Config {
+        topic: String::from_utf8(TOPIC.to_vec()).unwrap(),
+        replay_endpoint: replay.into(),
+        send_hwm: 2,
+        ..config(endpoint)
+    })
+    .unwrap()
+}
+
+#[test]
+fn llm_d_routers_replay_consumer_joins_fills_gaps_and_follows_a_restart() {
+    let (endpoint, replay) = (common::tcp_endpoint(), common::tcp_endpoint());
+    let publisher = llmd_publisher(&endpoint, &replay);
+    for call in 0..50 {
+        publisher.on_put_commit("t", format!("before-{call}"), "", CPU);
+    }
+    assert!(publisher.flush(Duration::from_secs(10)));
+    // Joins mid-stream: the first live message calls for a replay from 0.
+    let mut consumer = LlmdConsumer::new(&endpoint, &replay, b"kv@");
+    let frames = first_message(&publisher, &consumer.sub);
+    consumer.on_live(&frames);
+    assert_eq!(consumer.handed.first(), Some(&1), "{:?}", consumer.handed);
+    // A burst the SUB socket cannot hold (a receive buffer of one message): gaps, each
+    // filled by a replay from the last sequence handed on.
+    for call in 0..3000 {
+        publisher.on_put_commit("t", format!("burst-{call}"), "", CPU);
+    }
+    assert!(publisher.flush(Duration::from_secs(10)));
+    consumer.read(Duration::from_millis(500));
+    let last = publisher.stats().last_sequence;
+    assert_eq!(consumer.handed, (1..=last).collect::<Vec<_>>());
+    assert!(consumer.replays >= 2, "the burst left no gap to replay");
+    // The master restarts on the same endpoints: the sequence goes back to 1.
+    drop(publisher);
+    let publisher = llmd_publisher(&endpoint, &replay);
+    let frames = first_message(&publisher, &consumer.sub);
+    consumer.on_live(&frames);
+    consumer.read(Duration::from_millis(500));
+    assert_eq!(consumer.resets, 1);
+    let last = publisher.stats().last_sequence;
+    assert_eq!(consumer.handed, (1..=last).collect::<Vec<_>>());
 }
