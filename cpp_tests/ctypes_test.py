@@ -44,6 +44,7 @@ class Config(ctypes.Structure):
         ("topic", ctypes.c_char_p),
         ("replay_topic_frame", ctypes.c_bool),
         ("heartbeat_ms", ctypes.c_uint32),
+        ("snapshot_max_requesters", ctypes.c_uint32),
     ]
 
 

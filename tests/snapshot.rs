@@ -414,7 +414,7 @@ fn a_snapshot_without_an_object_source_is_refused_saying_so_and_info_says_it() {
 }
 
 #[test]
-fn a_failing_source_gets_its_requester_an_error_and_one_snapshot_runs_at_a_time() {
+fn a_failing_source_gets_its_requester_an_error_and_one_scope_is_taken_at_a_time() {
     let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
     let publisher = Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap();
     let release = Arc::new(Mutex::new(false));
@@ -436,12 +436,92 @@ fn a_failing_source_gets_its_requester_an_error_and_one_snapshot_runs_at_a_time(
     let first = dealer(&replay_endpoint);
     first.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    let err = snapshot(&dealer(&replay_endpoint), None).unwrap_err();
-    assert!(err.starts_with("busy"), "{err}");
+    // Another scope waits for this one to end; the same scope shares it.
+    let err = snapshot(&dealer(&replay_endpoint), Some(b"t")).unwrap_err();
+    assert!(
+        err.starts_with("busy: a snapshot of another scope"),
+        "{err}"
+    );
+    let second = dealer(&replay_endpoint);
+    second.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
     *release.lock().unwrap() = true;
-    let end = first.recv_multipart(0).unwrap();
+    let (end, shared) = (
+        first.recv_multipart(0).unwrap(),
+        second.recv_multipart(0).unwrap(),
+    );
     assert_eq!(end[1], b"snapshot-end");
-    assert!(eventually(|| publisher.stats().snapshots_served == 1));
+    assert_eq!(end, shared);
+    assert!(eventually(|| publisher.stats().snapshots_served == 2));
+}
+
+#[test]
+fn requesters_of_one_scope_share_one_snapshot_and_one_that_stops_reading_goes_alone() {
+    let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
+    let publisher = Publisher::create(&Config {
+        snapshot_max_requesters: 4,
+        ..config(&pub_endpoint, &replay_endpoint)
+    })
+    .unwrap();
+    let gate = Arc::new(Mutex::new(false));
+    let enumerations = Arc::new(Mutex::new(0));
+    let (open, count) = (Arc::clone(&gate), Arc::clone(&enumerations));
+    // 100,000 objects of long keys: more than what a snapshot keeps for its requesters (32
+    // MiB) and what a requester's connection holds, so that one that stops reading holds
+    // the others back until it is given up.
+    const OBJECTS: u64 = 100_000;
+    publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Objects| {
+        *count.lock().unwrap() += 1;
+        let started = Instant::now();
+        while !*open.lock().unwrap() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for i in 0..OBJECTS {
+            let key = format!("{i:0>400}");
+            objects
+                .add(b"t", key.as_bytes(), b"g", MediumSet::from([Medium::Cpu]))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    });
+    let readers: Vec<zmq::Socket> = (0..3).map(|_| dealer(&replay_endpoint)).collect();
+    let stalled = zmq::Context::new().socket(zmq::DEALER).unwrap();
+    stalled.set_rcvhwm(1).unwrap();
+    stalled.set_rcvbuf(4096).unwrap();
+    stalled.connect(&replay_endpoint).unwrap();
+    for socket in readers.iter().chain([&stalled]) {
+        socket.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // A fifth requester is past the bound; another scope waits its turn.
+    let err = snapshot(&dealer(&replay_endpoint), None).unwrap_err();
+    assert!(
+        err.starts_with("busy: the snapshot under way has as many"),
+        "{err}"
+    );
+    let err = snapshot(&dealer(&replay_endpoint), Some(b"u")).unwrap_err();
+    assert!(
+        err.starts_with("busy: a snapshot of another scope"),
+        "{err}"
+    );
+    *gate.lock().unwrap() = true;
+    let reading: Vec<_> = readers
+        .into_iter()
+        .map(|socket| std::thread::spawn(move || read_snapshot(&socket).unwrap()))
+        .collect();
+    let ends: Vec<End> = reading
+        .into_iter()
+        .map(|r| {
+            let (events, end) = r.join().unwrap();
+            assert_eq!(events.len() as u64, OBJECTS);
+            end
+        })
+        .collect();
+    assert!(ends.iter().all(|end| *end == ends[0]), "{ends:?}");
+    assert_eq!(ends[0]["objects"].as_u64(), Some(OBJECTS));
+    assert_eq!(*enumerations.lock().unwrap(), 1, "one enumeration for all");
+    let stats = publisher.stats();
+    assert_eq!((stats.snapshots_served, stats.snapshots_abandoned), (3, 1));
 }
 
 /// A requester that never reads: its snapshot is given up, counted, and the source is told

@@ -153,7 +153,10 @@ typedef struct kv_events_publisher kv_events_publisher;
    * ["", seq, payload] (earlier vLLM, SGLang) */                                                  \
   BOOL(replay_topic_frame, true)                                                                   \
   /* milliseconds without a message after which one with no event is sent; 0: never */            \
-  U32(heartbeat_ms, 0)
+  U32(heartbeat_ms, 0)                                                                             \
+  /* requesters one snapshot serves at once; requests of the same scope share one enumeration; \
+   * 1 to 4096 */                                                                                  \
+  U32(snapshot_max_requesters, 64)
 
 /* How the lists of this header declare a struct's members; internal to the header. */
 #define KV_EVENTS_MEMBER_BOOL_(name, default_value) bool name;

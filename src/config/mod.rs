@@ -110,6 +110,10 @@ mod bridge {
         /// message, the publisher sends one with the next sequence and no event, so that a
         /// subscriber sees a lost tail as a gap within that time; 0 or 10 to 3600000.
         pub heartbeat_ms: u32,
+        /// `kv_events_snapshot_max_requesters`, default 64: requesters one snapshot serves at
+        /// once. Requests of the same scope that arrive while a snapshot is taken share it
+        /// (one enumeration of the master); past this many, "busy". 1 to 4096.
+        pub snapshot_max_requesters: u32,
     }
 }
 
@@ -142,6 +146,7 @@ impl Default for Config {
             topic: String::new(),
             replay_topic_frame: true,
             heartbeat_ms: 0,
+            snapshot_max_requesters: 64,
         }
     }
 }
@@ -213,6 +218,12 @@ impl Config {
             return invalid(
                 "kv_events_heartbeat_ms",
                 "must be 0 (off) or between 10 and 3600000 (milliseconds)",
+            );
+        }
+        if !(1..=4096).contains(&self.snapshot_max_requesters) {
+            return invalid(
+                "kv_events_snapshot_max_requesters",
+                "must be between 1 and 4096",
             );
         }
         if !self.replay_endpoint.is_empty() && self.replay_endpoint == self.bind_endpoint {
@@ -301,7 +312,7 @@ mod tests {
             line.contains(" backend_id=\"a, b: \\\"c\\\"\\nd\" model_name=\"\" "),
             "{line}"
         );
-        assert!(line.ends_with(" heartbeat_ms=0"), "{line}");
+        assert!(line.ends_with(" snapshot_max_requesters=64"), "{line}");
         assert!(!line.contains('\n'), "{line}");
         let debug = format!("{config:#?}");
         let names: Vec<&str> = debug

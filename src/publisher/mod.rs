@@ -145,11 +145,16 @@ impl Publisher {
                 };
                 let taken = Arc::clone(&ring);
                 let snapshots = Snapshots {
+                    max_requesters: config.snapshot_max_requesters as usize,
                     source: Arc::clone(&source),
                     context: snapshot::Context {
                         config: Arc::new(config.clone()),
                         incarnation,
                         sequence_now: Arc::new(move || taken.last_taken()),
+                        live_backlog: {
+                            let shared = Arc::clone(&shared);
+                            Arc::new(move || shared.queue.len())
+                        },
                     },
                 };
                 let server = Server::start(

@@ -3,8 +3,9 @@
 //! ring, snapshot requests) and snapshots of every object the master holds (`snapshot`, fed by
 //! the master's [`ObjectSource`]). docs/spec.md section 11 is the protocol.
 
+mod fanout;
 pub(crate) mod replay;
+mod requester;
 pub(crate) mod snapshot;
-mod window;
 
 pub use snapshot::{Abandoned, ObjectSource, Objects};

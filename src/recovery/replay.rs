@@ -28,8 +28,9 @@
 //! per requester and a total ([`window`]); a requester whose window stays full, or whose queue
 //! stays full, longer than [`STALLED_FOR`] is abandoned.
 
-use super::snapshot::{self, ObjectSource, Piece};
-use super::window::{self, Room, Window};
+use super::fanout::{Fanout, Turn, RETAIN};
+use super::requester::{self, Reply, Requester, STALLED_FOR};
+use super::snapshot::{self, ObjectSource};
 use crate::error::CreateError;
 use crate::log::{log, Level};
 use crate::stats::PeerCounters;
@@ -38,17 +39,14 @@ use crate::wire::ReplyForm;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Replays sent at once; a request beyond them is answered "busy".
 const MAX_REPLAYS: usize = 8;
 /// Messages one replay sends before the others get their turn.
 const SLICE: usize = 64;
-/// A replay whose requester reads nothing for this long is given up.
-const STALLED_FOR: Duration = Duration::from_secs(5);
 /// Messages the socket holds for one requester that has not read them.
 const SEND_HWM: i32 = 1000;
 /// How long the thread waits for a request when no replay is under way.
@@ -143,33 +141,20 @@ pub(crate) struct Identity {
 pub(crate) struct Snapshots {
     pub(crate) source: Arc<SourceSlot>,
     pub(crate) context: snapshot::Context,
+    /// Requesters one snapshot serves at once (`kv_events_snapshot_max_requesters`).
+    pub(crate) max_requesters: usize,
 }
 
 /// The object source the master registered, if any.
 pub(crate) type SourceSlot = RwLock<Option<Arc<dyn ObjectSource>>>;
 
-/// The snapshot under way: its requester, its thread's messages, the one the socket did not
-/// take yet.
-struct Running {
-    peer: Vec<u8>,
-    fd: Option<RawFd>,
-    window: Arc<Window>,
-    pieces: Receiver<Piece>,
-    held: Option<Piece>,
-    stalled_since: Option<Instant>,
-    thread: JoinHandle<()>,
-}
-
 /// One replay under way.
 #[derive(Debug)]
 struct Replay {
-    peer: Vec<u8>,
-    fd: Option<RawFd>,
-    window: Arc<Window>,
+    requester: Requester,
     next: u64,
     /// The last sequence sent when the request came: a replay ends there.
     through: u64,
-    stalled_since: Option<Instant>,
 }
 
 /// The running thread `kv-events-replay`; dropping it stops and joins the thread.
@@ -248,7 +233,7 @@ struct Serving {
     identity: Identity,
     replays: Vec<Replay>,
     snapshots: Snapshots,
-    snapshot: Option<Running>,
+    snapshot: Option<Fanout>,
     /// The listeners' connections, to cut off a requester given up.
     listeners: Arc<Listeners>,
     /// Threads of snapshots that ended or were given up, joined once they return.
@@ -308,7 +293,7 @@ impl Serving {
             };
             let mut items = [self.socket.as_poll_item(zmq::POLLIN)];
             if zmq::poll(&mut items, wait.as_millis() as i64).is_ok() && items[0].is_readable() {
-                while let Ok((frames, fd)) = window::recv_request(&self.socket) {
+                while let Ok((frames, fd)) = requester::recv_request(&self.socket) {
                     self.answer(frames, fd);
                 }
             }
@@ -317,8 +302,8 @@ impl Serving {
             self.finishing.retain(|t| !t.is_finished());
         }
         // A snapshot's source sees it abandoned at its next object, and returns.
-        if let Some(running) = self.snapshot.take() {
-            self.finishing.push(running.thread);
+        if let Some(fanout) = self.snapshot.take() {
+            self.finishing.push(fanout.into_thread());
         }
         for thread in self.finishing.drain(..) {
             let _ = thread.join();
@@ -342,12 +327,9 @@ impl Serving {
                     return;
                 }
                 self.replays.push(Replay {
-                    peer,
-                    fd,
-                    window: Arc::default(),
+                    requester: Requester::new(peer, fd),
                     next: from,
                     through: self.ring.last_sequence.load(Relaxed),
-                    stalled_since: None,
                 });
             }
             Request::Info => {
@@ -357,7 +339,7 @@ impl Serving {
             }
             Request::Snapshot(scope) => {
                 self.counters.replay_requests.fetch_add(1, Relaxed);
-                self.start_snapshot(peer, fd, scope);
+                self.start_snapshot(Requester::new(peer, fd), scope);
             }
             Request::Bad(why) => {
                 self.counters.bad_requests.fetch_add(1, Relaxed);
@@ -410,96 +392,59 @@ impl Serving {
         slot.unwrap_or_else(PoisonError::into_inner).clone()
     }
 
-    fn start_snapshot(&mut self, peer: Vec<u8>, fd: Option<RawFd>, scope: Option<Vec<u8>>) {
-        if self.snapshot.is_some() {
-            let busy = b"busy: a snapshot is under way, ask again when it ends";
-            return self.reply(&peer, b"error", busy);
+    /// A snapshot request: it joins the snapshot of its scope under way, or starts one; a
+    /// request of another scope, or one past the bound of requesters, is told "busy".
+    fn start_snapshot(&mut self, requester: Requester, scope: Option<Vec<u8>>) {
+        if let Some(fanout) = &mut self.snapshot {
+            let busy: &[u8] = if fanout.scope() != scope.as_deref() {
+                b"busy: a snapshot of another scope is under way, ask again when it ends"
+            } else if fanout.requesters() >= self.snapshots.max_requesters {
+                b"busy: the snapshot under way has as many requesters as it takes, ask again"
+            } else {
+                return fanout.join(requester);
+            };
+            return self.reply(&requester.peer, b"error", busy);
         }
+        self.snapshot_for(vec![requester], scope);
+    }
+
+    /// Starts a snapshot of `scope` for `requesters`.
+    fn snapshot_for(&mut self, requesters: Vec<Requester>, scope: Option<Vec<u8>>) {
         let Some(source) = self.source() else {
             let none = b"snapshots are not available: the master registered no object source";
-            return self.reply(&peer, b"error", none);
+            for requester in &requesters {
+                self.reply(&requester.peer, b"error", none);
+            }
+            return;
         };
-        match snapshot::start(source, scope, &self.snapshots.context) {
+        match snapshot::start(source, scope.clone(), &self.snapshots.context) {
             Ok((pieces, thread)) => {
-                self.snapshot = Some(Running {
-                    peer,
-                    fd,
-                    window: Arc::default(),
-                    pieces,
-                    held: None,
-                    stalled_since: None,
-                    thread,
-                });
+                self.snapshot = Some(Fanout::new(scope, pieces, thread, requesters, RETAIN));
             }
             Err(e) => {
                 let why = format!("cannot start the thread kv-events-snapshot: {e}");
-                self.reply(&peer, b"error", why.as_bytes());
+                for requester in &requesters {
+                    self.reply(&requester.peer, b"error", why.as_bytes());
+                }
             }
         }
     }
 
-    /// Sends what the snapshot under way has ready; ends it after its last message, or when
-    /// its requester is gone or has read nothing for [`STALLED_FOR`].
+    /// Sends what the snapshot under way has ready; once it is over, starts the next one for
+    /// the requests that came too late to join it.
     fn advance_snapshot(&mut self) {
-        let Some(running) = &mut self.snapshot else {
+        let Some(fanout) = self.snapshot.take() else {
             return;
         };
-        let ended = loop {
-            let piece = match running
-                .held
-                .take()
-                .map_or_else(|| running.pieces.try_recv(), Ok)
-            {
-                Ok(piece) => piece,
-                Err(TryRecvError::Empty) => return,
-                Err(TryRecvError::Disconnected) => break false,
-            };
-            let (verb, body): (&[u8], &Arc<[u8]>) = match &piece {
-                Piece::Batch(payload) => (b"snapshot", payload),
-                Piece::End(map, _) => (b"snapshot-end", map),
-                Piece::Failed(why) => (b"error", why),
-            };
-            let to = To {
-                peer: &running.peer,
-                window: &running.window,
-            };
-            match to.send(&mut self.socket, &self.counters, &[verb], body) {
-                Reply::Yes => running.stalled_since = None,
-                Reply::Wait => {
-                    running.held = Some(piece);
-                    return;
+        match fanout.turn(&mut self.socket, &self.counters, &self.listeners) {
+            Turn::Ongoing(fanout) => self.snapshot = Some(fanout),
+            Turn::Over(thread, scope, waiting) => {
+                // Dropping the receiver told the source, at its next object, to stop.
+                self.finishing.push(thread);
+                if !waiting.is_empty() {
+                    self.snapshot_for(waiting, scope);
                 }
-                Reply::Behind => {
-                    running.held = Some(piece);
-                    let since = *running.stalled_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() < STALLED_FOR {
-                        return;
-                    }
-                    cut(&self.listeners, running.fd);
-                    break false;
-                }
-                Reply::Gone => break false,
             }
-            match piece {
-                Piece::Batch(_) => {}
-                Piece::End(_, objects) => {
-                    self.counters.snapshots_served.fetch_add(1, Relaxed);
-                    self.counters.snapshot_objects.fetch_add(objects, Relaxed);
-                    break true;
-                }
-                Piece::Failed(_) => break true,
-            }
-        };
-        if !ended {
-            self.counters.snapshots_abandoned.fetch_add(1, Relaxed);
-            log(
-                Level::Warn,
-                "gave up a snapshot: its requester left or read nothing for 5 s",
-            );
-        }
-        // Dropping the receiver tells the source, at its next object, to stop.
-        if let Some(running) = self.snapshot.take() {
-            self.finishing.push(running.thread);
         }
     }
 
@@ -518,31 +463,30 @@ impl Serving {
     /// False once replay `i` is over.
     fn advance_one(&mut self, i: usize) -> bool {
         let replay = &mut self.replays[i];
-        let to = To {
-            peer: &replay.peer,
-            window: &replay.window,
-        };
+        let (socket, counters) = (&mut self.socket, &self.counters);
         let slice = self.ring.slice(replay.next, replay.through, SLICE);
         if slice.is_empty() {
             let end: Arc<[u8]> = Arc::from(&[][..]);
             let head = self.identity.form.end_head();
-            return match to.send(&mut self.socket, &self.counters, head, &end) {
+            return match replay.requester.send(socket, counters, head, &end, true) {
                 Reply::Yes | Reply::Gone => false,
                 Reply::Wait => true,
-                Reply::Behind => !stalled(replay, &self.counters, &self.listeners),
+                Reply::Behind => !stalled(replay, counters, &self.listeners),
             };
         }
         for (sequence, payload) in slice {
             let sequence_frame = sequence.to_be_bytes();
             let head = self.identity.form.head(&sequence_frame);
-            match to.send(&mut self.socket, &self.counters, &head, &payload) {
+            match replay
+                .requester
+                .send(socket, counters, &head, &payload, true)
+            {
                 Reply::Yes => {
                     replay.next = sequence + 1;
-                    replay.stalled_since = None;
-                    self.counters.replayed_messages.fetch_add(1, Relaxed);
+                    counters.replayed_messages.fetch_add(1, Relaxed);
                 }
                 Reply::Wait => return true,
-                Reply::Behind => return !stalled(replay, &self.counters, &self.listeners),
+                Reply::Behind => return !stalled(replay, counters, &self.listeners),
                 // The requester is gone (EHOSTUNREACH): nobody to finish for.
                 Reply::Gone => return false,
             }
@@ -554,8 +498,7 @@ impl Serving {
 /// Whether a replay whose requester is not taking what it is sent has been so for
 /// [`STALLED_FOR`]: then it is given up, and the requester's connection cut.
 fn stalled(replay: &mut Replay, counters: &PeerCounters, listeners: &Listeners) -> bool {
-    let since = *replay.stalled_since.get_or_insert_with(Instant::now);
-    if since.elapsed() < STALLED_FOR {
+    if !replay.requester.stalled(listeners) {
         return false;
     }
     counters.replays_abandoned.fetch_add(1, Relaxed);
@@ -567,73 +510,7 @@ fn stalled(replay: &mut Replay, counters: &PeerCounters, listeners: &Listeners) 
             STALLED_FOR.as_secs()
         ),
     );
-    cut(listeners, replay.fd);
     true
-}
-
-/// Cuts off the connection of a requester given up: only then does libzmq let go of the
-/// replies it still holds for it.
-fn cut(listeners: &Listeners, fd: Option<RawFd>) {
-    if let Some(fd) = fd {
-        listeners.cut(fd);
-    }
-}
-
-/// What became of a reply.
-enum Reply {
-    Yes,
-    /// Not sent: the requester has not taken what it was sent (its window or queue is full).
-    Behind,
-    /// Not sent: the replies of every requester together hold their total; wait.
-    Wait,
-    /// Not sent: the requester is gone.
-    Gone,
-}
-
-/// A requester, as replies are addressed.
-struct To<'a> {
-    peer: &'a [u8],
-    window: &'a Arc<Window>,
-}
-
-impl To<'_> {
-    /// Sends `[peer, "", head..., payload]`, the payload lent to libzmq, never copied.
-    fn send(
-        &self,
-        socket: &mut zmq::Socket,
-        counters: &Arc<PeerCounters>,
-        head: &[&[u8]],
-        payload: &Arc<[u8]>,
-    ) -> Reply {
-        match self.window.room(payload.len(), counters) {
-            Room::Yes => {}
-            Room::RequesterFull => return Reply::Behind,
-            Room::AllFull => return Reply::Wait,
-        }
-        let more = zmq::DONTWAIT | zmq::SNDMORE;
-        match socket.send(self.peer, more) {
-            Ok(()) => {}
-            Err(zmq::Error::EAGAIN) => return Reply::Behind,
-            Err(_) => return Reply::Gone,
-        }
-        // Once ROUTER took the routing frame, it takes the rest of the message.
-        for frame in [&b""[..]].iter().chain(head) {
-            if socket.send(*frame, more).is_err() {
-                return Reply::Gone;
-            }
-        }
-        let lent = window::send(
-            socket,
-            Arc::clone(payload),
-            self.window,
-            counters,
-            zmq::DONTWAIT,
-        );
-        match lent {
-            Ok(()) => Reply::Yes,
-            Err(_) => Reply::Gone,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -3,12 +3,14 @@
 //! The publisher keeps no per-object state, so the master registers an [`ObjectSource`]
 //! that enumerates what it holds. A snapshot runs on a thread of its own,
 //! `kv-events-snapshot` (never a master thread, never the publishing thread), one at a time
-//! per publisher. The source adds objects to [`Objects`], which writes them as the stream
-//! would (`stored` events, one per medium, an object's events in one message of at most 64,
-//! alone when its strings are not UTF-8, the configured context and legacy fields) and hands each
-//! message to the replay thread through a bounded channel, at most
-//! [`MESSAGES_PER_SECOND`]: the libzmq I/O thread and the cores stay with the live stream,
-//! and a requester that reads slowly makes `add` wait, never a master's caller.
+//! per publisher, for every requester of its scope (`fanout`). The source adds objects to
+//! [`Objects`], which writes them as the stream would (`stored` events, one per medium, an
+//! object's events in one message of at most 64, alone when its strings are not UTF-8, the
+//! configured context and legacy fields) and hands each message to the replay thread through
+//! a bounded channel. No fixed pace: it goes as fast as its requesters read (the channel and
+//! what the replay thread keeps are bounded, so a slow reader makes `add` wait, never a
+//! master's caller), and it yields whenever the callers' queue holds more than
+//! [`LIVE_FIRST`] calls, so that the live stream keeps its rate.
 //!
 //! Why applying a snapshot, then every stream message numbered above its `sequence` S, gives
 //! the master's state: S is the last sequence the publishing thread took before the source
@@ -33,10 +35,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The pace of a snapshot's messages: 5000 a second, up to 320 000 objects on one medium.
-pub(crate) const MESSAGES_PER_SECOND: u32 = 5000;
+/// Calls waiting in the publisher's queue past which a snapshot waits for the publishing
+/// thread to catch up: the live stream goes first.
+const LIVE_FIRST: usize = 1024;
+/// How long a snapshot waits, each time, for the live stream.
+const LIVE_FIRST_WAIT: Duration = Duration::from_micros(200);
 /// Messages written ahead of what the requester's socket took: with 64 events of a few
 /// hundred bytes each, a few MiB at most.
 const AHEAD: usize = 256;
@@ -101,7 +106,6 @@ struct Pending {
 }
 
 /// The objects of one snapshot under way, as the source adds them.
-#[derive(Debug)]
 pub struct Objects {
     scope: Option<Vec<u8>>,
     emit_object_key: bool,
@@ -109,10 +113,20 @@ pub struct Objects {
     pending: Vec<Pending>,
     bytes: Vec<u8>,
     out: SyncSender<Piece>,
-    pace: Pace,
+    live_backlog: Arc<dyn Fn() -> usize + Send + Sync>,
     objects: u64,
     events: u64,
     abandoned: bool,
+}
+
+impl std::fmt::Debug for Objects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Objects")
+            .field("scope", &self.scope)
+            .field("objects", &self.objects)
+            .field("events", &self.events)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Objects {
@@ -188,31 +202,13 @@ impl Objects {
         self.events += self.pending.len() as u64;
         self.pending.clear();
         self.bytes.clear();
-        self.pace.wait();
+        while (self.live_backlog)() > LIVE_FIRST {
+            thread::sleep(LIVE_FIRST_WAIT);
+        }
         self.out.send(Piece::Batch(payload.into())).map_err(|_| {
             self.abandoned = true;
             Abandoned
         })
-    }
-}
-
-/// Spaces messages [`MESSAGES_PER_SECOND`] apart on average, allowing a short burst.
-#[derive(Debug)]
-struct Pace {
-    started: Instant,
-    sent: u64,
-}
-
-impl Pace {
-    fn wait(&mut self) {
-        self.sent += 1;
-        let due = Duration::from_secs(self.sent) / MESSAGES_PER_SECOND;
-        if let Some(early) = due.checked_sub(self.started.elapsed()) {
-            // Sleeping under a millisecond costs more than it spaces.
-            if early >= Duration::from_millis(2) {
-                thread::sleep(early);
-            }
-        }
     }
 }
 
@@ -229,6 +225,8 @@ pub(crate) struct Context {
     pub(crate) incarnation: u64,
     /// The S of a snapshot starting now: see the module's documentation.
     pub(crate) sequence_now: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// Calls waiting in the publisher's queue now.
+    pub(crate) live_backlog: Arc<dyn Fn() -> usize + Send + Sync>,
 }
 
 impl std::fmt::Debug for Context {
@@ -269,10 +267,7 @@ fn run(
         pending: Vec::with_capacity(MAX_BATCH_EVENTS),
         bytes: Vec::new(),
         out: out.clone(),
-        pace: Pace {
-            started: Instant::now(),
-            sent: 0,
-        },
+        live_backlog: Arc::clone(&context.live_backlog),
         objects: 0,
         events: 0,
         abandoned: false,
