@@ -264,6 +264,13 @@ struct Status<'a> {
 }
 
 impl Stats {
+    /// Every field by name with its value, in the order of the struct, of [`Stats::to_json`]
+    /// and of the metrics, from the list both are made from: a new field is here too. Each
+    /// value is the number the metrics give (`enabled` is 0 or 1; the incarnation is whole).
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        METRICS.iter().map(move |m| (m.name, (m.value)(self)))
+    }
+
     /// The same values as one JSON object, for the master's `GET /kv_events/status`, after
     /// `"built_with_kv_events":true` (the stub of a master built without events, which has
     /// no Rust behind it, writes false).
@@ -376,6 +383,22 @@ mod tests {
             .collect();
         let listed: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
         assert_eq!(listed, fields);
+    }
+
+    #[test]
+    fn fields_are_the_lists_names_and_values_in_order() {
+        let stats = Stats {
+            enabled: true,
+            published_events: 5,
+            incarnation: u64::MAX,
+            ..Stats::default()
+        };
+        let fields: Vec<(&str, u64)> = stats.fields().collect();
+        let names: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+        assert_eq!(fields.iter().map(|(n, _)| *n).collect::<Vec<_>>(), names);
+        assert_eq!(fields[0], ("enabled", 1));
+        assert!(fields.contains(&("published_events", 5)));
+        assert!(fields.contains(&("incarnation", u64::MAX)));
     }
 
     #[test]
