@@ -114,6 +114,17 @@ void kv_events_destroy(kv_events_publisher* publisher) { std::free(publisher); }
 
 bool kv_events_enabled(const kv_events_publisher*) { return false; }
 
+int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_id,
+                            size_t tenant_id_len, const char* object_key, size_t object_key_len,
+                            const char* group_id, size_t group_id_len, uint8_t) {
+  // The same answers as the real library, so that a caller's error handling is tested here too.
+  if (publisher == nullptr || !readable(tenant_id, tenant_id_len) ||
+      !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  return KV_EVENTS_OK;
+}
+
 int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
                               size_t tenant_id_len, const char* object_key,
                               size_t object_key_len, const char* group_id, size_t group_id_len,

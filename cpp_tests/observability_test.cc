@@ -112,6 +112,7 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
                       std::to_string(stats.incarnation) + "\"}"),
             1u);
   EXPECT_EQ(values.at(p + "subscribers"), stats.subscribers);
+  EXPECT_EQ(values.at(p + "invalid_media_calls_total"), 0u);
   // The build: a sample whose labels name the versions and CURVE.
   const std::string build = p + "build_info{version=\"" +
                             std::to_string(MOONCAKE_KV_EVENTS_VERSION_MAJOR) + "." +
@@ -121,7 +122,7 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   ASSERT_NE(build_line, values.end()) << text;
   EXPECT_EQ(build_line->first.rfind(build, 0), 0u) << text;
   EXPECT_EQ(build_line->second, 1u);
-  EXPECT_EQ(values.size(), 29u) << text;
+  EXPECT_EQ(values.size(), 30u) << text;
   EXPECT_NE(text.find("# TYPE mooncake_kv_events_dropped_events_total counter\n"),
             std::string::npos);
 }

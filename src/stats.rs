@@ -91,6 +91,10 @@ mod bridge {
         /// Those connections closed since creation, by the subscriber, the network, or the
         /// publisher (a refused subscription, shutdown).
         pub subscriber_disconnects: u64,
+        /// Event calls whose media the contract does not allow: a bit other than cpu and disk
+        /// (possible through the C API only; such bits are ignored), or a put commit with no
+        /// medium at all (it publishes nothing). Each is a bug in the master's wiring.
+        pub invalid_media_calls: u64,
     }
 }
 
@@ -231,6 +235,8 @@ stats_fields! {
         "Subscribers connected now: PUB connections whose handshake succeeded.";
     subscriber_connects, counter, peers, "PUB connections whose handshake succeeded.";
     subscriber_disconnects, counter, peers, "PUB connections closed after their handshake.";
+    invalid_media_calls, counter, callers,
+        "Event calls with a media bit other than cpu and disk, or a put commit with no medium.";
 }
 
 impl Counters {
