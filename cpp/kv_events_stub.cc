@@ -33,11 +33,11 @@ namespace {
 // needs no edit for a new counter. tests/c_api.rs compiles this file and checks that they are
 // exactly the real library's.
 
-// "enabled":false, then every other field at 0.
+// "enabled":false, then every other field at 0; an id as a string of its digits, "0".
 #define KV_EVENTS_JSON_flag(name) ",\"" #name "\":false"
 #define KV_EVENTS_JSON_counter(name) ",\"" #name "\":0"
 #define KV_EVENTS_JSON_gauge(name) ",\"" #name "\":0"
-#define KV_EVENTS_JSON_info(name) ",\"" #name "\":0"
+#define KV_EVENTS_JSON_info(name) ",\"" #name "\":\"0\""
 #define KV_EVENTS_JSON_(name, kind, help) KV_EVENTS_JSON_##kind(name)
 constexpr char kStatusJson[] =
     "{\"built_with_kv_events\":false" KV_EVENTS_STATS_FIELDS(KV_EVENTS_JSON_) "}";

@@ -50,7 +50,9 @@ mod bridge {
         /// handshake (a TCP health check, a port scan) is not a refused handshake.
         pub refused_handshakes: u64,
         /// The random 64-bit id of this publisher's life: a restart, or another master taking
-        /// over, shows a new one. 0 when disabled.
+        /// over, shows a new one. 0 when disabled. Serialized as a string of its decimal
+        /// digits: JSON readers that hold numbers as doubles would round most ids.
+        #[serde(serialize_with = "crate::stats::decimal_string")]
         pub incarnation: u64,
         /// Connections the publisher's sockets hold now, handshaking or subscribed.
         pub connections: u64,
@@ -99,6 +101,12 @@ mod bridge {
 }
 
 pub use bridge::Stats;
+
+/// `id` as a JSON string of its decimal digits: above 2^53 a double cannot hold every
+/// integer, and a random 64-bit id is almost always above it.
+fn decimal_string<S: serde::Serializer>(id: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(id)
+}
 
 /// What a field of [`Stats`] is, which decides its metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -424,6 +432,25 @@ mod tests {
         assert_eq!(json["dropped_events"], 3);
         assert_eq!(json["queue_capacity"], 64);
         assert_eq!(json.as_object().unwrap().len(), 1 + METRICS.len());
+    }
+
+    #[test]
+    fn json_writes_the_incarnation_as_a_string_of_its_digits() {
+        // 2^64 - 1 and 2^63 + 1: a double holds neither.
+        for id in [u64::MAX, (1 << 63) + 1] {
+            let text = Stats {
+                incarnation: id,
+                ..Stats::default()
+            }
+            .to_json();
+            assert!(
+                text.contains(&format!(",\"incarnation\":\"{id}\",")),
+                "{text}"
+            );
+        }
+        assert!(Stats::default()
+            .to_json()
+            .contains(",\"incarnation\":\"0\","));
     }
 
     #[test]
