@@ -170,6 +170,19 @@ bool kv_events_enabled(const kv_events_publisher* publisher) {
   return publisher != nullptr && publisher->enabled;
 }
 
+int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_id,
+                            size_t tenant_id_len, const char* object_key, size_t object_key_len,
+                            const char* group_id, size_t group_id_len, uint8_t media) {
+  if (publisher == nullptr || !readable(tenant_id, tenant_id_len) ||
+      !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  // Not the delta from no medium: a commit with no medium is the master's mistake, counted.
+  publisher->rust->on_put_commit(bytes(tenant_id), tenant_id_len, bytes(object_key),
+                                 object_key_len, bytes(group_id), group_id_len, media);
+  return KV_EVENTS_OK;
+}
+
 int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
                               size_t tenant_id_len, const char* object_key,
                               size_t object_key_len, const char* group_id, size_t group_id_len,

@@ -15,14 +15,6 @@ void kv_events_config_init(kv_events_config* config, size_t config_size) {
   std::memcpy(config, &defaults, config_size < sizeof defaults ? config_size : sizeof defaults);
 }
 
-int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_id,
-                            size_t tenant_id_len, const char* object_key, size_t object_key_len,
-                            const char* group_id, size_t group_id_len, uint8_t media) {
-  // A commit is the delta from no medium: stored for every medium in `media`.
-  return kv_events_on_medium_delta(publisher, tenant_id, tenant_id_len, object_key,
-                                   object_key_len, group_id, group_id_len, 0, media);
-}
-
 void kv_events_string_free(char* string) { std::free(string); }
 
 void kv_events_version(int* major, int* minor, int* patch) {

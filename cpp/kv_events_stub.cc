@@ -33,11 +33,11 @@ namespace {
 // needs no edit for a new counter. tests/c_api.rs compiles this file and checks that they are
 // exactly the real library's.
 
-// "enabled":false, then every other field at 0.
+// "enabled":false, then every other field at 0; an id as a string of its digits, "0".
 #define KV_EVENTS_JSON_flag(name) ",\"" #name "\":false"
 #define KV_EVENTS_JSON_counter(name) ",\"" #name "\":0"
 #define KV_EVENTS_JSON_gauge(name) ",\"" #name "\":0"
-#define KV_EVENTS_JSON_info(name) ",\"" #name "\":0"
+#define KV_EVENTS_JSON_info(name) ",\"" #name "\":\"0\""
 #define KV_EVENTS_JSON_(name, kind, help) KV_EVENTS_JSON_##kind(name)
 constexpr char kStatusJson[] =
     "{\"built_with_kv_events\":false" KV_EVENTS_STATS_FIELDS(KV_EVENTS_JSON_) "}";
@@ -113,6 +113,17 @@ int kv_events_create(const kv_events_config* config, size_t config_size,
 void kv_events_destroy(kv_events_publisher* publisher) { std::free(publisher); }
 
 bool kv_events_enabled(const kv_events_publisher*) { return false; }
+
+int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_id,
+                            size_t tenant_id_len, const char* object_key, size_t object_key_len,
+                            const char* group_id, size_t group_id_len, uint8_t) {
+  // The same answers as the real library, so that a caller's error handling is tested here too.
+  if (publisher == nullptr || !readable(tenant_id, tenant_id_len) ||
+      !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
+    return KV_EVENTS_ERR_INVALID_ARGUMENT;
+  }
+  return KV_EVENTS_OK;
+}
 
 int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
                               size_t tenant_id_len, const char* object_key,

@@ -252,6 +252,10 @@ TEST(Status, JsonHasEveryStatsFieldAndSaysEventsAreBuiltIn) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
   }
   EXPECT_NE(json.find("\"queue_depth\":"), std::string::npos) << json;
+  // The incarnation as a string of its digits, which a reader of doubles cannot round.
+  const std::string incarnation =
+      "\"incarnation\":\"" + std::to_string(session.publisher().stats().incarnation) + "\"";
+  EXPECT_NE(json.find(incarnation), std::string::npos) << incarnation << " in " << json;
   // The disabled publisher of this build reports the same keys.
   const std::string disabled = kv::Publisher::create(kv::Config{})->status_json();
   EXPECT_NE(disabled.find("\"built_with_kv_events\":true"), std::string::npos) << disabled;

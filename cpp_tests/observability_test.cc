@@ -112,6 +112,7 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
                       std::to_string(stats.incarnation) + "\"}"),
             1u);
   EXPECT_EQ(values.at(p + "subscribers"), stats.subscribers);
+  EXPECT_EQ(values.at(p + "invalid_media_calls_total"), 0u);
   // The build: a sample whose labels name the versions and CURVE.
   const std::string build = p + "build_info{version=\"" +
                             std::to_string(MOONCAKE_KV_EVENTS_VERSION_MAJOR) + "." +

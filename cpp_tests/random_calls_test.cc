@@ -206,6 +206,7 @@ class Caller {
 
   std::vector<Expected> expected;       // in call order
   uint64_t skipped_keyless = 0;         // stored/removed suppressed for an empty key
+  uint64_t invalid_media = 0;           // Put commits with no medium
   uint64_t remove_all_results = 0;      // on_remove_all calls
   uint64_t cleared_allowed = 0;         // of those, the ones the rules let emit `cleared`
   uint64_t records = 0;                 // queue slots the calls took, at most
@@ -308,6 +309,7 @@ class Caller {
       m.after = media();
     }
     const uint64_t call = calls_++;
+    if (m.put && m.after.empty()) ++invalid_media;
     if (m.put) {
       publisher_.on_put_commit(m.tenant, m.key, m.group, m.after);
     } else {
@@ -514,10 +516,12 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
   // Each thread's events, in order, are its model's, and a call's events are adjacent in the
   // stream and in one message.
   uint64_t skipped_keyless = 0, remove_all_results = 0, cleared_allowed = 0, records = 0;
+  uint64_t invalid_media = 0;
   for (int t = 0; t < threads; ++t) {
     SCOPED_TRACE("thread " + std::to_string(t));
     const Caller& caller = callers[t];
     skipped_keyless += caller.skipped_keyless;
+    invalid_media += caller.invalid_media;
     remove_all_results += caller.remove_all_results;
     cleared_allowed += caller.cleared_allowed;
     records += caller.records;
@@ -561,6 +565,7 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
   EXPECT_EQ(stats.send_failures, 0u);
   EXPECT_EQ(stats.published_events, events.size());
   EXPECT_EQ(stats.skipped_keyless_events, skipped_keyless);
+  EXPECT_EQ(stats.invalid_media_calls, invalid_media);
   EXPECT_LE(outcome.cleared, cleared_allowed);
   EXPECT_EQ(stats.cleared_suppressed, remove_all_results - outcome.cleared);
   std::printf("random_calls_test: %d threads x %llu calls: %llu events in %llu messages, "

@@ -7,25 +7,33 @@ The target is any process that runs a publisher on ENDPOINT (`kv-events demo --w
 a master); PID is that process, whose descriptors (/proc/PID/fd), resident memory
 (/proc/PID/status) and CPU time (/proc/PID/stat) are sampled while the attack runs. Every
 attack is bounded in connections and time, and every connection goes to ENDPOINT only (use
-loopback). One JSON object on stdout says what was done and measured.
+loopback). One JSON object on stdout says what was done and measured: each attack also says
+how far each of its peers got as the peer saw it (its socket's events), so that a run that
+did less than its name says shows in its report.
 
 Modes:
   idle         COUNT connections that connect and send nothing, held HOLD seconds
-  garbage      COUNT connections that each send 1 KiB of random bytes, then close
-  subscribe    COUNT peers that each subscribe to PREFIXES random 64-byte prefixes, ROUNDS times
-  curve-flood  COUNT CURVE handshakes with keys not on the allow-list (--server-key)
-  nonreaders   COUNT subscribers that subscribe and never read, held HOLD seconds
+  garbage      COUNT connections that each send 1 KiB of random bytes, then wait for the
+               publisher to close them (at most WINDOW at once)
+  subscribe    COUNT peers that each subscribe to PREFIXES random 64-byte prefixes, ROUNDS times;
+               each waits for its handshake and for the publisher to cut it off
+  curve-flood  COUNT CURVE handshakes with keys not on the allow-list (--server-key), each
+               carried through to the publisher's answer (at most WINDOW at once)
+  nonreaders   COUNT subscribers that subscribe and never read, held HOLD seconds once all
+               finished their handshakes
 """
 
 import argparse
 import json
 import os
 import random
+import selectors
 import socket
 import sys
 import time
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 
 def sample(pid):
@@ -122,42 +130,132 @@ def idle(args, watch):
 
 def garbage(args, watch):
     host, port = host_port(args.endpoint)
-    sent = 0
     rng = random.Random(args.seed)
-    for _ in range(args.count):
-        try:
-            with socket.create_connection((host, port), timeout=2) as c:
+    selector = selectors.DefaultSelector()
+    sent = closed = unanswered = 0
+    started = 0
+    # At most WINDOW connections at once, each sent its bytes, then read until the publisher
+    # closes it: the publisher read them and refused them, which is the attack.
+    while started < args.count or selector.get_map():
+        while started < args.count and len(selector.get_map()) < args.window:
+            started += 1
+            try:
+                c = socket.create_connection((host, port), timeout=2)
                 c.sendall(rng.randbytes(1024))
-                sent += 1
-        except OSError:
-            pass
-        if sent % 50 == 0:
-            watch.tick()
+            except OSError:
+                continue
+            sent += 1
+            c.setblocking(False)
+            selector.register(c, selectors.EVENT_READ, time.monotonic())
+        for key, _ in selector.select(timeout=0.05):
+            if closed_by_peer(key.fileobj):
+                closed += 1
+                selector.unregister(key.fileobj)
+                key.fileobj.close()
+        now = time.monotonic()
+        for key in list(selector.get_map().values()):
+            if now - key.data > args.answer_timeout:
+                unanswered += 1
+                selector.unregister(key.fileobj)
+                key.fileobj.close()
+        watch.tick()
+    selector.close()
     wait(watch, args.hold)
-    return {"connections_sent_1_kib": sent}
+    return {"connections_sent_1_kib": sent, "closed_by_publisher": closed,
+            "unanswered": unanswered}
+
+
+class Peer:
+    """A ZeroMQ socket with its monitor: what its own side sees of the publisher. It
+    connects once (no reconnection), so that each peer is one connection to the publisher."""
+
+    def __init__(self, context, kind, endpoint, setup=None):
+        self.socket = context.socket(kind)
+        self.socket.setsockopt(zmq.LINGER, 0)
+        self.socket.setsockopt(zmq.RECONNECT_IVL, -1)
+        if setup:
+            setup(self.socket)
+        self.monitor = self.socket.get_monitor_socket()
+        self.socket.connect(endpoint)
+        self.events = set()
+        self.started = time.monotonic()
+
+    def read_events(self):
+        while True:
+            try:
+                self.events.add(recv_monitor_message(self.monitor, zmq.NOBLOCK)["event"])
+            except zmq.Again:
+                return
+
+    def saw(self, *events):
+        return any(e in self.events for e in events)
+
+    def close(self):
+        self.socket.disable_monitor()
+        self.monitor.close()
+        self.socket.close()
+
+
+HANDSHAKE_ENDS = (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+                  zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+                  zmq.EVENT_DISCONNECTED)
+
+
+def run_peers(watch, count, window, timeout, start, finished):
+    """Runs COUNT peers, at most WINDOW at once: start(i) makes one, finished(peer) says
+    whether it got as far as it should; one that did not within TIMEOUT seconds is given up.
+    Each is closed when done. Returns the peers, closed, and how many were given up."""
+    waiting, live, done, given_up = 0, [], [], 0
+    while waiting < count or live:
+        while waiting < count and len(live) < window:
+            live.append(start(waiting))
+            waiting += 1
+        poller = zmq.Poller()
+        for peer in live:
+            poller.register(peer.monitor, zmq.POLLIN)
+        poller.poll(50)
+        still = []
+        for peer in live:
+            peer.read_events()
+            if finished(peer):
+                peer.close()
+                done.append(peer)
+            elif time.monotonic() - peer.started > timeout:
+                given_up += 1
+                peer.close()
+                done.append(peer)
+            else:
+                still.append(peer)
+        live = still
+        watch.tick()
+    return done, given_up
 
 
 def subscribe(args, watch):
     context = zmq.Context()
     rng = random.Random(args.seed)
-    total = 0
-    for _ in range(args.rounds):
-        peers = []
-        for _ in range(args.count):
-            s = context.socket(zmq.SUB)
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(args.endpoint)
+    total = joined = cut_off = given_up = 0
+
+    def start(_):
+        def setup(s):
+            # Queued now, sent as soon as the handshake is done.
             for _ in range(args.prefixes):
                 s.setsockopt(zmq.SUBSCRIBE, rng.randbytes(64))
-                total += 1
-            peers.append(s)
-        wait(watch, 1.0)
-        for s in peers:
-            s.close()
+        return Peer(context, zmq.SUB, args.endpoint, setup)
+
+    for _ in range(args.rounds):
+        # Each peer joins, sends its subscriptions, and waits for the publisher to cut it off.
+        peers, missed = run_peers(watch, args.count, args.count, args.answer_timeout, start,
+                                  lambda p: p.saw(zmq.EVENT_DISCONNECTED))
+        total += args.count * args.prefixes
+        joined += sum(p.saw(zmq.EVENT_HANDSHAKE_SUCCEEDED) for p in peers)
+        cut_off += sum(p.saw(zmq.EVENT_DISCONNECTED) for p in peers)
+        given_up += missed
         wait(watch, 0.5)
     context.term()
     wait(watch, args.hold)
-    return {"subscriptions_sent": total}
+    return {"subscriptions_sent": total, "joined": joined, "cut_off": cut_off,
+            "unanswered": given_up}
 
 
 def curve_flood(args, watch):
@@ -170,39 +268,57 @@ def curve_flood(args, watch):
         ).encode()
     context = zmq.Context()
     started = time.monotonic()
-    for i in range(args.count):
-        public, secret = zmq.curve_keypair()
-        s = context.socket(zmq.SUB)
-        s.setsockopt(zmq.LINGER, 0)
-        s.curve_serverkey = server_key
-        s.curve_publickey = public
-        s.curve_secretkey = secret
-        s.connect(args.endpoint)
-        if i % 20 == 19:
-            wait(watch, 0.05)
-        s.close()
+
+    def start(_):
+        def setup(s):
+            public, secret = zmq.curve_keypair()
+            s.curve_serverkey = server_key
+            s.curve_publickey = public
+            s.curve_secretkey = secret
+        return Peer(context, zmq.SUB, args.endpoint, setup)
+
+    # Each handshake runs until the publisher answers it (its ZAP handler refuses the key).
+    peers, given_up = run_peers(watch, args.count, args.window, args.answer_timeout, start,
+                                lambda p: p.saw(*HANDSHAKE_ENDS))
     context.term()
     elapsed = time.monotonic() - started
     wait(watch, args.hold)
-    return {"handshakes": args.count, "seconds": round(elapsed, 2)}
+    return {
+        "handshakes": args.count,
+        "refused": sum(p.saw(zmq.EVENT_HANDSHAKE_FAILED_AUTH) for p in peers),
+        "admitted": sum(p.saw(zmq.EVENT_HANDSHAKE_SUCCEEDED) for p in peers),
+        "unanswered": given_up,
+        "seconds": round(elapsed, 2),
+    }
 
 
 def nonreaders(args, watch):
     context = zmq.Context()
-    peers = []
-    for _ in range(args.count):
-        s = context.socket(zmq.SUB)
-        s.setsockopt(zmq.LINGER, 0)
+
+    def setup(s):
         s.setsockopt(zmq.RCVHWM, 1)
         s.setsockopt(zmq.RCVBUF, 4096)
         s.setsockopt(zmq.SUBSCRIBE, b"")
-        s.connect(args.endpoint)
-        peers.append(s)
+
+    peers = [Peer(context, zmq.SUB, args.endpoint, setup) for _ in range(args.count)]
+    # Held once every one has joined (or the time to join ran out), never reading.
+    deadline = time.monotonic() + args.answer_timeout
+    while time.monotonic() < deadline:
+        for p in peers:
+            p.read_events()
+        if all(p.saw(*HANDSHAKE_ENDS) for p in peers):
+            break
+        watch.tick()
+        time.sleep(0.05)
+    joined = sum(p.saw(zmq.EVENT_HANDSHAKE_SUCCEEDED) for p in peers)
     wait(watch, args.hold)
-    for s in peers:
-        s.close()
+    for p in peers:
+        p.read_events()
+    dropped = sum(p.saw(zmq.EVENT_DISCONNECTED) for p in peers)
+    for p in peers:
+        p.close()
     context.term()
-    return {"subscribers": args.count}
+    return {"subscribers": args.count, "joined": joined, "disconnected": dropped}
 
 
 MODES = {
@@ -224,6 +340,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--hold", type=float, default=4.0, help="seconds to hold or wait after")
     parser.add_argument("--server-key", help="curve-flood: the publisher's public key file")
+    parser.add_argument("--window", type=int, default=20,
+                        help="garbage, curve-flood: connections in flight at once")
+    parser.add_argument("--answer-timeout", type=float, default=10.0,
+                        help="seconds a peer waits for the publisher's answer before giving up")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     host, _ = host_port(args.endpoint)

@@ -72,13 +72,25 @@ mod bridge {
         /// A publisher whose calls do nothing, for a disabled config.
         fn disabled_publisher() -> Box<RustPublisher>;
 
-        // Media sets cross as bits: 1 is cpu, 2 is disk.
+        // Media sets cross as the caller's bits: 1 is cpu, 2 is disk, any other is counted
+        // in invalid_media_calls and ignored.
 
-        /// Also `on_put_commit`, as the delta from no medium.
-        ///
         /// # Safety
         /// Each pointer and length is a string of the C API's caller: `len` readable bytes, or
         /// any pointer with `len` 0.
+        #[allow(clippy::too_many_arguments)]
+        unsafe fn on_put_commit(
+            self: &RustPublisher,
+            tenant: *const u8,
+            tenant_len: usize,
+            key: *const u8,
+            key_len: usize,
+            group: *const u8,
+            group_len: usize,
+            media: u8,
+        );
+        /// # Safety
+        /// As `on_put_commit`.
         #[allow(clippy::too_many_arguments)]
         unsafe fn on_medium_delta(
             self: &RustPublisher,
@@ -240,6 +252,28 @@ unsafe fn view<'a>(data: *const u8, len: usize) -> &'a [u8] {
 
 impl RustPublisher {
     #[allow(clippy::too_many_arguments)]
+    unsafe fn on_put_commit(
+        &self,
+        tenant: *const u8,
+        tenant_len: usize,
+        key: *const u8,
+        key_len: usize,
+        group: *const u8,
+        group_len: usize,
+        media: u8,
+    ) {
+        // SAFETY: the bridge's contract: strings of the caller, alive during the call.
+        let (tenant, key, group) = unsafe {
+            (
+                view(tenant, tenant_len),
+                view(key, key_len),
+                view(group, group_len),
+            )
+        };
+        contained(|| self.0.on_put_commit_bits(tenant, key, group, media));
+    }
+
+    #[allow(clippy::too_many_arguments)]
     unsafe fn on_medium_delta(
         &self,
         tenant: *const u8,
@@ -259,8 +293,10 @@ impl RustPublisher {
                 view(group, group_len),
             )
         };
-        let (before, after) = (MediumSet::from_bits(before), MediumSet::from_bits(after));
-        contained(|| self.0.on_medium_delta(tenant, key, group, before, after));
+        contained(|| {
+            self.0
+                .on_medium_delta_bits(tenant, key, group, before, after)
+        });
     }
 
     fn begin_remove_all(&self) -> u64 {

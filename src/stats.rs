@@ -50,7 +50,9 @@ mod bridge {
         /// handshake (a TCP health check, a port scan) is not a refused handshake.
         pub refused_handshakes: u64,
         /// The random 64-bit id of this publisher's life: a restart, or another master taking
-        /// over, shows a new one. 0 when disabled.
+        /// over, shows a new one. 0 when disabled. Serialized as a string of its decimal
+        /// digits: JSON readers that hold numbers as doubles would round most ids.
+        #[serde(serialize_with = "crate::stats::decimal_string")]
         pub incarnation: u64,
         /// Connections the publisher's sockets hold now, handshaking or subscribed.
         pub connections: u64,
@@ -91,6 +93,10 @@ mod bridge {
         /// Those connections closed since creation, by the subscriber, the network, or the
         /// publisher (a refused subscription, shutdown).
         pub subscriber_disconnects: u64,
+        /// Event calls whose media the contract does not allow: a bit other than cpu and disk
+        /// (possible through the C API only; such bits are ignored), or a put commit with no
+        /// medium at all (it publishes nothing). Each is a bug in the master's wiring.
+        pub invalid_media_calls: u64,
         /// Bytes of replies (replays and snapshots) that the replay socket's connections hold
         /// now, not yet written to their requesters: at most 16 MiB, 2 MiB per requester.
         pub replay_bytes_in_flight: u64,
@@ -101,6 +107,12 @@ mod bridge {
 }
 
 pub use bridge::Stats;
+
+/// `id` as a JSON string of its decimal digits: above 2^53 a double cannot hold every
+/// integer, and a random 64-bit id is almost always above it.
+fn decimal_string<S: serde::Serializer>(id: &u64, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(id)
+}
 
 /// What a field of [`Stats`] is, which decides its metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,6 +249,8 @@ stats_fields! {
         "Subscribers connected now: PUB connections whose handshake succeeded.";
     subscriber_connects, counter, peers, "PUB connections whose handshake succeeded.";
     subscriber_disconnects, counter, peers, "PUB connections closed after their handshake.";
+    invalid_media_calls, counter, callers,
+        "Event calls with a media bit other than cpu and disk, or a put commit with no medium.";
     replay_bytes_in_flight, gauge, peers,
         "Bytes of replay socket replies not yet written to their requesters.";
     heartbeats, counter, callers, "Messages with no event sent after a silence.";
@@ -273,6 +287,13 @@ struct Status<'a> {
 }
 
 impl Stats {
+    /// Every field by name with its value, in the order of the struct, of [`Stats::to_json`]
+    /// and of the metrics, from the list both are made from: a new field is here too. Each
+    /// value is the number the metrics give (`enabled` is 0 or 1; the incarnation is whole).
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        METRICS.iter().map(move |m| (m.name, (m.value)(self)))
+    }
+
     /// The same values as one JSON object, for the master's `GET /kv_events/status`, after
     /// `"built_with_kv_events":true` (the stub of a master built without events, which has
     /// no Rust behind it, writes false).
@@ -388,6 +409,22 @@ mod tests {
     }
 
     #[test]
+    fn fields_are_the_lists_names_and_values_in_order() {
+        let stats = Stats {
+            enabled: true,
+            published_events: 5,
+            incarnation: u64::MAX,
+            ..Stats::default()
+        };
+        let fields: Vec<(&str, u64)> = stats.fields().collect();
+        let names: Vec<&str> = METRICS.iter().map(|m| m.name).collect();
+        assert_eq!(fields.iter().map(|(n, _)| *n).collect::<Vec<_>>(), names);
+        assert_eq!(fields[0], ("enabled", 1));
+        assert!(fields.contains(&("published_events", 5)));
+        assert!(fields.contains(&("incarnation", u64::MAX)));
+    }
+
+    #[test]
     fn json_carries_the_build_then_every_field_by_name() {
         let stats = Stats {
             enabled: true,
@@ -404,6 +441,25 @@ mod tests {
         assert_eq!(json["dropped_events"], 3);
         assert_eq!(json["queue_capacity"], 64);
         assert_eq!(json.as_object().unwrap().len(), 1 + METRICS.len());
+    }
+
+    #[test]
+    fn json_writes_the_incarnation_as_a_string_of_its_digits() {
+        // 2^64 - 1 and 2^63 + 1: a double holds neither.
+        for id in [u64::MAX, (1 << 63) + 1] {
+            let text = Stats {
+                incarnation: id,
+                ..Stats::default()
+            }
+            .to_json();
+            assert!(
+                text.contains(&format!(",\"incarnation\":\"{id}\",")),
+                "{text}"
+            );
+        }
+        assert!(Stats::default()
+            .to_json()
+            .contains(",\"incarnation\":\"0\","));
     }
 
     #[test]

@@ -38,6 +38,8 @@ fn metrics_text_parses_as_prometheus_and_matches_status_json() {
     // Keyless: two suppressed events.
     publisher.on_put_commit("tenant-a", "", "", CPU);
     publisher.on_medium_delta("tenant-a", "", "", CPU, MediumSet::EMPTY);
+    // A commit with no medium: nothing, counted.
+    publisher.on_put_commit("tenant-a", "key-2", "", MediumSet::EMPTY);
     // Three RemoveAll results that publish no cleared, and one that does. A scan's marker
     // needs room in the queue (a lost one suppresses its cleared): start each from empty.
     assert!(publisher.flush(Duration::from_secs(10)), "flush");
@@ -80,6 +82,15 @@ fn metrics_text_parses_as_prometheus_and_matches_status_json() {
     assert!(stats.dropped_events > 0, "{status}");
     assert_eq!(stats.skipped_keyless_events, 2, "{status}");
     assert_eq!(stats.cleared_suppressed, 3, "{status}");
+    assert_eq!(stats.invalid_media_calls, 1, "{status}");
+    // The incarnation, a random 64-bit id, as a string of its digits: a JSON reader that holds
+    // numbers as doubles (check_metrics.py reads it so) would round a number above 2^53.
+    let json: serde_json::Value = serde_json::from_str(&status).expect("JSON status");
+    assert_eq!(
+        json["incarnation"],
+        serde_json::Value::String(stats.incarnation.to_string()),
+        "{status}"
+    );
     assert_eq!(stats.queue_depth, 0, "{status}");
     let (metrics_file, status_file) = (dir.0.join("metrics.txt"), dir.0.join("status.json"));
     std::fs::write(&metrics_file, &metrics).expect("write metrics");

@@ -127,6 +127,51 @@ fn demo_sees_every_published_event_with_no_gap() {
     assert!(stdout.contains("\nOK: "), "{stdout}");
 }
 
+/// The names of `Stats`' fields, in order, as `{:#?}` prints the struct.
+fn stats_field_names() -> Vec<String> {
+    format!("{:#?}", mooncake_kv_events::Stats::default())
+        .lines()
+        .filter_map(|line| Some(line.strip_prefix("    ")?.split_once(": ")?.0.to_owned()))
+        .collect()
+}
+
+#[test]
+fn demo_prints_every_field_of_the_stats_in_their_order() {
+    let output = kv_events()
+        .args(["demo", "--endpoint", &Endpoint::new(), "--objects", "20"])
+        .output()
+        .expect("kv-events runs");
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    // The table after "Publisher stats:", up to the blank line: "  <name>  <number>".
+    let table: Vec<(String, u64)> = stdout
+        .split_once("\nPublisher stats:\n")
+        .unwrap_or_else(|| panic!("no stats table in\n{stdout}"))
+        .1
+        .lines()
+        .take_while(|line| !line.trim().is_empty())
+        .map(|line| {
+            let mut words = line.split_whitespace();
+            let name = words.next().unwrap().to_owned();
+            let value = words.next().and_then(|v| v.parse().ok());
+            (
+                name,
+                value.unwrap_or_else(|| panic!("{line:?} has no number")),
+            )
+        })
+        .collect();
+    let names: Vec<String> = table.iter().map(|(name, _)| name.clone()).collect();
+    assert_eq!(names, stats_field_names(), "{stdout}");
+    let value = |name: &str| table.iter().find(|(n, _)| n == name).unwrap().1;
+    assert!(value("incarnation") > 0, "{stdout}");
+    assert!(value("published_events") > 0, "{stdout}");
+    assert_eq!(
+        value("subscriber_connects"),
+        1,
+        "the demo's watcher: {stdout}"
+    );
+}
+
 #[test]
 fn demo_dumps_the_index_its_subscribers_should_end_with() {
     let dir = std::env::temp_dir().join(format!("kv-events-cli-dump-{}", std::process::id()));

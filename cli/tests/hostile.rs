@@ -1,9 +1,10 @@
 //! Hostile peers against a running publisher, each a bounded attack on loopback: the
-//! `kv-events demo` process publishes, `scripts/attack.py` attacks it and measures its
-//! descriptors, memory and CPU time from /proc, and the tests assert what a master relies
-//! on: descriptors given back, memory bounded, the admitted subscriber's stream complete.
-//! Also the loss a subscriber cannot see in the stream (the end of a burst), found and
-//! filled through the replay socket.
+//! `kv-events demo` process publishes, `scripts/attack.py` attacks it while the demo's workload
+//! runs and measures its descriptors, memory and CPU time from /proc, and the tests assert what
+//! a master relies on: descriptors given back, memory bounded, the admitted subscriber's stream
+//! complete, and the publisher's own counters showing that the attack took place. Also the loss
+//! a subscriber cannot see in the stream (the end of a burst), found and filled through the
+//! replay socket.
 
 use kv_events_testing as common;
 
@@ -15,11 +16,15 @@ use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 const PYTHON: &str = "/usr/bin/python3";
 const CPU: MediumSet = MediumSet::EMPTY.with(Medium::Cpu);
+/// What the demo says as its workload starts, and the start of what it says once it is done.
+const WORKLOAD_STARTS: &str = "The workload starts.";
+const WORKLOAD_DONE: &str = "The workload is done";
 
 /// The attacks measure a process's descriptors, memory and CPU time, and its watcher must
 /// keep up: one at a time, so that they do not measure each other.
@@ -29,17 +34,20 @@ fn one_at_a_time() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A `kv-events demo` that keeps its publisher up `wait` seconds before its workload of
-/// `objects`, on a fresh loopback port.
+/// A `kv-events demo` that keeps its publisher up `wait` seconds, for its watcher to join,
+/// before its workload of `objects`, on a fresh loopback port; its stdout read as it comes,
+/// each line with the instant it arrived.
 struct Demo {
     child: Child,
     endpoint: String,
+    lines: Receiver<(Instant, String)>,
+    seen: Vec<(Instant, String)>,
 }
 
 impl Demo {
     fn start(objects: usize, wait: u32, extra: &[&str]) -> Demo {
         let endpoint = tcp_endpoint();
-        let child = Command::new(env!("CARGO_BIN_EXE_kv-events"))
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kv-events"))
             .args(["demo", "--endpoint", &endpoint, "--show", "0"])
             .args([
                 "--objects",
@@ -52,12 +60,39 @@ impl Demo {
             .stderr(Stdio::piped())
             .spawn()
             .expect("kv-events demo runs");
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (to_test, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                if to_test.send((Instant::now(), line)).is_err() {
+                    return;
+                }
+            }
+        });
         let address = endpoint.trim_start_matches("tcp://").to_owned();
         assert!(
             eventually(|| TcpStream::connect(&address).is_ok()),
             "the demo listens on {endpoint}"
         );
-        Demo { child, endpoint }
+        Demo {
+            child,
+            endpoint,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The instant the demo said a line that starts with `start`, waiting for it up to a
+    /// minute; `None` if its stdout ended or the minute passed first.
+    fn said(&mut self, start: &str) -> Option<Instant> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some((at, _)) = self.seen.iter().find(|(_, l)| l.starts_with(start)) {
+                return Some(*at);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.seen.push(self.lines.recv_timeout(left).ok()?);
+        }
     }
 
     /// Runs one attack against the demo; its JSON report.
@@ -78,15 +113,28 @@ impl Demo {
         serde_json::from_slice(&output.stdout).expect("attack.py prints JSON")
     }
 
+    /// Runs one attack once the demo's workload has started, and checks that the workload was
+    /// still running when the attack ended; the attack's report.
+    fn attack_during_the_workload(&mut self, mode: &str, args: &[&str]) -> Value {
+        assert!(
+            self.said(WORKLOAD_STARTS).is_some(),
+            "the demo's workload never started"
+        );
+        let report = self.attack(mode, args);
+        let ended = Instant::now();
+        let done = self.said(WORKLOAD_DONE).expect("the demo's workload ends");
+        assert!(
+            ended < done,
+            "the {mode} attack outlasted the workload ({:.1}s): pace the workload slower \
+             (--rate) or give it more objects; {report}",
+            (ended - done).as_secs_f64()
+        );
+        report
+    }
+
     /// Waits for the demo to end: its exit status, stdout and stderr.
     fn finish(mut self) -> (bool, String, String) {
-        let (mut out, mut err) = (String::new(), String::new());
-        self.child
-            .stdout
-            .take()
-            .unwrap()
-            .read_to_string(&mut out)
-            .unwrap();
+        let mut err = String::new();
         self.child
             .stderr
             .take()
@@ -94,6 +142,13 @@ impl Demo {
             .read_to_string(&mut err)
             .unwrap();
         let status = self.child.wait().unwrap();
+        // The reader thread sends every line, then ends with the demo's stdout.
+        self.seen.extend(self.lines.iter());
+        let out = self
+            .seen
+            .iter()
+            .map(|(_, line)| format!("{line}\n"))
+            .collect();
         (status.success(), out, err)
     }
 }
@@ -139,13 +194,26 @@ fn assert_memory_bounded(report: &Value, peak_kib: i64, kept_kib: i64) {
     );
 }
 
+/// The demo ended with its watcher's verdict that it saw every published event, in order,
+/// with no gap; its stdout.
+fn assert_the_watcher_saw_everything(demo: Demo) -> String {
+    let (ok, out, err) = demo.finish();
+    assert!(ok, "the admitted watcher saw everything:\n{out}\n{err}");
+    assert!(out.contains("OK: the watcher saw all"), "{out}");
+    out
+}
+
+// The demo's workloads are paced (--rate, in calls a second; an object takes about 2.4 calls)
+// to outlast the attack beside them, which starts with them.
+
 #[test]
 fn idle_connections_are_refused_past_the_bounds_and_closed_at_the_handshake_timeout() {
     let _serial = one_at_a_time();
-    let demo = Demo::start(1, 20, &[]);
-    // 150 connections from one address that send nothing: the 64 that address may hold
-    // wait for the 3 s handshake timeout, the others are closed at once.
-    let report = demo.attack("idle", &["--count", "150", "--hold", "4.5"]);
+    let mut demo = Demo::start(5000, 1, &["--rate", "1000"]);
+    // 150 connections from one address that send nothing: the 63 that address may still hold
+    // (the demo's watcher holds one) wait for the 3 s handshake timeout, the others are
+    // closed at once.
+    let report = demo.attack_during_the_workload("idle", &["--count", "150", "--hold", "4.5"]);
     assert_eq!(report["connected"], 150, "{report}");
     let at_once = report["closed_within_0_5_s"].as_i64().unwrap();
     assert!(at_once >= 150 - 64, "refused at once: {report}");
@@ -158,25 +226,34 @@ fn idle_connections_are_refused_past_the_bounds_and_closed_at_the_handshake_time
         "the publisher held at most the per-address bound: {report}"
     );
     assert_descriptors_given_back(&report);
-    drop(demo);
+    let out = assert_the_watcher_saw_everything(demo);
+    // Each connection was closed by the publisher, and counted once.
+    assert_eq!(
+        stat(&out, "connections_refused") + stat(&out, "handshake_timeouts"),
+        150,
+        "{out}"
+    );
+    assert_eq!(stat(&out, "connections_refused") as i64, at_once, "{out}");
 }
 
 #[test]
 fn a_flood_of_random_bytes_leaves_descriptors_and_memory_where_they_were() {
     let _serial = one_at_a_time();
-    let demo = Demo::start(1, 30, &[]);
-    let report = demo.attack("garbage", &["--count", "2000", "--hold", "3"]);
+    let mut demo = Demo::start(5000, 1, &["--rate", "1000"]);
+    let report = demo.attack_during_the_workload("garbage", &["--count", "2000", "--hold", "3"]);
     assert_eq!(report["connections_sent_1_kib"], 2000, "{report}");
+    // The publisher read each connection's bytes and closed it.
+    assert_eq!(report["closed_by_publisher"], 2000, "{report}");
     assert_memory_bounded(&report, 16 * 1024, 4 * 1024);
     assert_descriptors_given_back(&report);
+    assert_the_watcher_saw_everything(demo);
 }
 
 #[test]
 fn a_subscription_flood_is_refused_and_leaves_memory_where_it_was() {
     let _serial = one_at_a_time();
-    // The workload is small; the publisher stays up after it for the flood.
-    let demo = Demo::start(10, 1, &["--linger", "14"]);
-    let report = demo.attack(
+    let mut demo = Demo::start(5000, 1, &["--rate", "1000"]);
+    let report = demo.attack_during_the_workload(
         "subscribe",
         &[
             "--count",
@@ -189,12 +266,21 @@ fn a_subscription_flood_is_refused_and_leaves_memory_where_it_was() {
             "3",
         ],
     );
-    // 30000 subscriptions; once the flood is over the heap is given back.
+    // 60 peers, 30000 subscriptions: each peer was cut off. Nearly all joined first, and were
+    // cut at their first subscription; the publishing thread cuts a peer by the descriptor
+    // its subscription came through, which a peer cut before may have left to a new one
+    // still in its handshake.
+    assert_eq!(report["subscriptions_sent"], 30000, "{report}");
+    assert_eq!(report["cut_off"], 60, "{report}");
+    let joined = report["joined"].as_u64().unwrap();
+    assert!(joined >= 50, "{report}");
+    // Once the flood is over the heap is given back.
     assert_memory_bounded(&report, 16 * 1024, 4 * 1024);
     assert_descriptors_given_back(&report);
-    let (ok, out, err) = demo.finish();
-    assert!(ok, "{out}\n{err}");
-    assert!(stat(&out, "subscriptions_refused") >= 20, "{out}");
+    let out = assert_the_watcher_saw_everything(demo);
+    assert!(stat(&out, "subscriptions_refused") >= joined, "{out}");
+    // The watcher, and each peer that joined, once.
+    assert_eq!(stat(&out, "subscriber_connects"), 1 + joined, "{out}");
 }
 
 #[test]
@@ -215,10 +301,12 @@ fn a_curve_handshake_flood_leaves_the_admitted_subscriber_its_whole_stream() {
         .output()
         .unwrap();
     assert!(other.status.success());
-    let demo = Demo::start(
+    let mut demo = Demo::start(
         20_000,
         3,
         &[
+            "--rate",
+            "6000",
             "--curve-secret-key",
             secret.to_str().unwrap(),
             "--curve-allow",
@@ -226,7 +314,7 @@ fn a_curve_handshake_flood_leaves_the_admitted_subscriber_its_whole_stream() {
         ],
     );
     let server_pub = dir.0.join("server.pub");
-    let report = demo.attack(
+    let report = demo.attack_during_the_workload(
         "curve-flood",
         &[
             "--count",
@@ -237,24 +325,24 @@ fn a_curve_handshake_flood_leaves_the_admitted_subscriber_its_whole_stream() {
             "0.5",
         ],
     );
+    // Each handshake went as far as the publisher's refusal, as the peer saw it.
     assert_eq!(report["handshakes"], 300, "{report}");
-    let (ok, out, err) = demo.finish();
-    assert!(ok, "the admitted watcher saw everything:\n{out}\n{err}");
-    assert!(out.contains("OK: the watcher saw all"), "{out}");
-    assert!(stat(&out, "refused_handshakes") >= 1, "{out}");
+    assert_eq!(report["refused"], 300, "{report}");
+    let out = assert_the_watcher_saw_everything(demo);
+    // And as the publisher counted it.
+    assert!(stat(&out, "refused_handshakes") >= 300, "{out}");
 }
 
 #[test]
 fn subscribers_that_never_read_cost_the_reader_nothing() {
     let _serial = one_at_a_time();
-    let demo = Demo::start(20_000, 4, &[]);
-    let report = demo.attack("nonreaders", &["--count", "40", "--hold", "12"]);
+    let mut demo = Demo::start(20_000, 3, &["--rate", "2400"]);
+    let report = demo.attack_during_the_workload("nonreaders", &["--count", "40", "--hold", "12"]);
     assert_eq!(report["subscribers"], 40, "{report}");
-    let (ok, out, err) = demo.finish();
-    assert!(
-        ok,
-        "the demo's watcher saw every event with no gap:\n{out}\n{err}"
-    );
+    assert_eq!(report["joined"], 40, "{report}");
+    let out = assert_the_watcher_saw_everything(demo);
+    // The watcher and the 40, each once.
+    assert_eq!(stat(&out, "subscriber_connects"), 41, "{out}");
 }
 
 /// A publisher with a replay socket and a send limit of `send_hwm` messages, on loopback.

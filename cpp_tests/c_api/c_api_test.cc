@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,69 @@ TEST(CApi, AnObjectSourceWrittenInCServesSnapshotsAndIsReleasedOnce) {
   kv_events_destroy(publisher);
   c_calls_source_state(&calls, tenant, sizeof tenant, &refusals_ok, &released);
   EXPECT_EQ(released, 1) << "destroying the publisher releases its source once";
+}
+
+TEST(CApi, CallsWithMediaOutsideCpuAndDiskAreCountedAndPublishOnlyTheirKnownMedia) {
+  const std::string endpoint = kv_events_test::unique_endpoint();
+  kv_events_config config;
+  kv_events_config_init(&config, sizeof config);
+  config.enable_kv_events = true;
+  config.bind_endpoint = endpoint.c_str();
+  config.backend_id = "c-store";
+  kv_events_publisher* publisher = nullptr;
+  ASSERT_EQ(kv_events_create(&config, sizeof config, &publisher, nullptr, 0), KV_EVENTS_OK);
+  Subscriber subscriber(endpoint);
+  subscriber.wait_joined();
+  const auto put = [&](const char* key, uint8_t media) {
+    EXPECT_EQ(kv_events_on_put_commit(publisher, "t", 1, key, std::strlen(key), nullptr, 0, media),
+              KV_EVENTS_OK);
+  };
+  const auto delta = [&](const char* key, uint8_t before, uint8_t after) {
+    EXPECT_EQ(kv_events_on_medium_delta(publisher, "t", 1, key, std::strlen(key), nullptr, 0,
+                                        before, after),
+              KV_EVENTS_OK);
+  };
+  // Counted, and publish nothing: a commit with no medium, or with only other bits; a delta
+  // between other bits.
+  put("none", 0);
+  put("bit-2", 4);
+  delta("bits-2-7", 4, 0x80);
+  // Counted, and publish what their cpu and disk bits say.
+  put("cpu-and-bit-2", 1 | 4);
+  delta("cpu-bit-4-to-disk", 1 | 16, 2);
+  // Not counted: valid calls, a delta from nothing to nothing (no change) among them.
+  delta("nothing", 0, 0);
+  put("both", 3);
+  delta("removed", 1, 0);
+  ASSERT_EQ(kv_events_flush(publisher, 10000), KV_EVENTS_OK);
+
+  std::vector<Value> events;
+  while (events.size() < 6) {
+    const auto message = subscriber.receive(std::chrono::seconds(10));
+    ASSERT_TRUE(message.has_value()) << "only " << events.size() << " events arrived";
+    const Batch batch = kv_events_test::parse(*message);
+    events.insert(events.end(), batch.events.begin(), batch.events.end());
+  }
+  EXPECT_FALSE(subscriber.receive(std::chrono::milliseconds(200)).has_value());
+  EXPECT_EQ(kv_events_test::summaries(events),
+            (std::vector<std::string>{"stored cpu cpu-and-bit-2", "removed cpu cpu-bit-4-to-disk",
+                                      "stored disk cpu-bit-4-to-disk", "stored cpu both",
+                                      "stored disk both", "removed cpu removed"}));
+  kv_events_stats stats;
+  ASSERT_EQ(kv_events_get_stats(publisher, &stats, sizeof stats), KV_EVENTS_OK);
+  EXPECT_EQ(stats.invalid_media_calls, 5u);
+  EXPECT_EQ(stats.published_events, 6u);
+  char* status = kv_events_status_json(publisher);
+  ASSERT_NE(status, nullptr);
+  EXPECT_NE(std::string(status).find("\"invalid_media_calls\":5"), std::string::npos) << status;
+  kv_events_string_free(status);
+  char* metrics = kv_events_metrics_text(publisher);
+  ASSERT_NE(metrics, nullptr);
+  EXPECT_NE(std::string(metrics).find("\nmooncake_kv_events_invalid_media_calls_total 5\n"),
+            std::string::npos)
+      << metrics;
+  kv_events_string_free(metrics);
+  kv_events_destroy(publisher);
 }
 
 TEST(CApi, CreateRefusesWithCodesAndMessagesAndNullArgumentsAreRefused) {

@@ -18,7 +18,7 @@
  *   embedded NULs included, forwarded verbatim. A NULL pointer with length 0 is the empty string.
  *   The strings of kv_events_config are NUL-terminated; NULL is the empty string.
  * - A media set is a bit mask: KV_EVENTS_MEDIUM_CPU | KV_EVENTS_MEDIUM_DISK; other bits are
- *   ignored.
+ *   ignored, and an event call that sets one is counted in the stats' invalid_media_calls.
  * - Functions that can fail return KV_EVENTS_OK (0) or a kv_events_status code. Nothing unwinds
  *   out of any function, and no argument crashes one: a NULL publisher, or a NULL pointer with a
  *   non-zero length, is refused with KV_EVENTS_ERR_INVALID_ARGUMENT and emits nothing.
@@ -196,7 +196,8 @@ MOONCAKE_KV_EVENTS_API void kv_events_destroy(kv_events_publisher* publisher);
  * stays true after shutdown. */
 MOONCAKE_KV_EVENTS_API bool kv_events_enabled(const kv_events_publisher* publisher);
 
-/* A Put, BatchPut or Upsert committed: `stored` for every medium in `media`, cpu first. */
+/* A Put, BatchPut or Upsert committed: `stored` for every medium in `media`, cpu first. A
+ * commit with neither medium publishes nothing and is counted in invalid_media_calls. */
 MOONCAKE_KV_EVENTS_API int kv_events_on_put_commit(kv_events_publisher* publisher,
                                                    const char* tenant_id, size_t tenant_id_len,
                                                    const char* object_key, size_t object_key_len,
@@ -280,6 +281,8 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(subscribers, gauge, "Subscribers connected now: PUB connections whose handshake succeeded.")   \
   X(subscriber_connects, counter, "PUB connections whose handshake succeeded.")                    \
   X(subscriber_disconnects, counter, "PUB connections closed after their handshake.")              \
+  X(invalid_media_calls, counter,                                                                  \
+    "Event calls with a media bit other than cpu and disk, or a put commit with no medium.")      \
   X(replay_bytes_in_flight, gauge,                                                                 \
     "Bytes of replay socket replies not yet written to their requesters.")                        \
   X(heartbeats, counter, "Messages with no event sent after a silence.")

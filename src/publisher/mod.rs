@@ -223,7 +223,8 @@ impl Publisher {
     }
 
     /// A Put, BatchPut or Upsert committed: `stored` for every medium in `media`, even one
-    /// already announced. Empty `media`: nothing.
+    /// already announced. Empty `media`: nothing, counted in `invalid_media_calls` (a
+    /// committed object is readable somewhere).
     pub fn on_put_commit(
         &self,
         tenant: impl AsRef<[u8]>,
@@ -231,13 +232,55 @@ impl Publisher {
         group: impl AsRef<[u8]>,
         media: MediumSet,
     ) {
-        self.announce(
-            tenant.as_ref(),
-            key.as_ref(),
-            group.as_ref(),
-            MediumSet::EMPTY,
-            media,
-        );
+        self.put_commit(tenant.as_ref(), key.as_ref(), group.as_ref(), media, false);
+    }
+
+    /// [`Publisher::on_put_commit`] as the C API makes it: `media` is a bit mask (see
+    /// [`MediumSet::from_bits`]) whose other bits are ignored, and a call that sets one is
+    /// counted in `invalid_media_calls`.
+    pub(crate) fn on_put_commit_bits(&self, tenant: &[u8], key: &[u8], group: &[u8], media: u8) {
+        let set = MediumSet::from_bits(media);
+        self.put_commit(tenant, key, group, set, set.bits() != media);
+    }
+
+    /// [`Publisher::on_medium_delta`] as the C API makes it, with bit masks as in
+    /// [`Publisher::on_put_commit_bits`].
+    pub(crate) fn on_medium_delta_bits(
+        &self,
+        tenant: &[u8],
+        key: &[u8],
+        group: &[u8],
+        before: u8,
+        after: u8,
+    ) {
+        let (known_before, known_after) =
+            (MediumSet::from_bits(before), MediumSet::from_bits(after));
+        if known_before.bits() != before || known_after.bits() != after {
+            self.count_invalid_media();
+        }
+        self.on_medium_delta(tenant, key, group, known_before, known_after);
+    }
+
+    /// A commit of `media`; `unknown_bits` says that the caller's mask had bits beyond them.
+    /// Either that or no medium at all makes the call one of `invalid_media_calls`.
+    fn put_commit(
+        &self,
+        tenant: &[u8],
+        key: &[u8],
+        group: &[u8],
+        media: MediumSet,
+        unknown_bits: bool,
+    ) {
+        if unknown_bits || media.is_empty() {
+            self.count_invalid_media();
+        }
+        self.announce(tenant, key, group, MediumSet::EMPTY, media);
+    }
+
+    fn count_invalid_media(&self) {
+        if let Some(enabled) = &self.enabled {
+            Counters::add(&enabled.shared.counters.invalid_media_calls, 1);
+        }
     }
 
     /// Any other mutation: `removed` for each medium in `before − after`, then `stored` for

@@ -211,6 +211,7 @@ impl Listeners {
 #[derive(Debug)]
 struct Open {
     peer: Peer,
+    /// An instant before libzmq accepted it, hence before its handshake timer started.
     since: Instant,
     /// Cut by the bounds: its end is already counted.
     cut: bool,
@@ -257,11 +258,16 @@ pub(crate) enum Ended {
     Other,
 }
 
+/// A connection as its socket's monitor names it: the socket's place among the watched ones,
+/// and the descriptor. Two sockets' monitors are read in turn, so one socket's accept may be
+/// read before the other's disconnection of the same, reused, number.
+type Id = (usize, RawFd);
+
 /// The connections the publisher's sockets hold, kept by the thread `kv-events-zap`.
 #[derive(Debug)]
 pub(crate) struct Connections {
     limits: Limits,
-    open: HashMap<RawFd, Open>,
+    open: HashMap<Id, Open>,
     per_address: HashMap<IpAddr, u32>,
     /// Spent when the process has no descriptor left; see the module's doc.
     reserve: Vec<OwnedFd>,
@@ -275,6 +281,10 @@ const EXHAUSTION_LASTS: Duration = Duration::from_secs(1);
 
 /// Descriptors kept in reserve for taking queued connections when the process has none.
 const RESERVE: usize = 4;
+
+/// How much earlier than the handshake timeout libzmq's timer may close a connection: it
+/// counts in whole milliseconds of a clock it reads only now and then.
+const TIMER_SLACK: Duration = Duration::from_millis(10);
 
 /// A connection was refused: why, in words for the log.
 pub(crate) type Refusal = String;
@@ -302,9 +312,15 @@ impl Connections {
         listeners.add(fd);
     }
 
-    /// libzmq accepted a connection on `fd`: recorded, and cut at once when it is over a
-    /// bound.
-    pub(crate) fn accepted(&mut self, listeners: &Listeners, fd: RawFd) -> Option<Refusal> {
+    /// libzmq accepted a connection on `fd` of socket `socket`, after the instant `since`:
+    /// recorded, and cut at once when it is over a bound.
+    pub(crate) fn accepted(
+        &mut self,
+        listeners: &Listeners,
+        socket: usize,
+        fd: RawFd,
+        since: Instant,
+    ) -> Option<Refusal> {
         let peer = match Name::of(fd, true) {
             Some(Name::Inet(at)) => Peer::At(canonical(at.ip())),
             Some(Name::Unix(_)) => Peer::Local,
@@ -312,7 +328,7 @@ impl Connections {
         };
         let address = peer.address();
         // A number reused before its disconnection was seen: the older connection is gone.
-        self.forget(fd);
+        self.forget((socket, fd));
         let from_address = address.map_or(0, |a| self.per_address.get(&a).copied().unwrap_or(0));
         let exhausted = self
             .exhausted_at
@@ -336,23 +352,23 @@ impl Connections {
         if let Some(address) = address {
             *self.per_address.entry(address).or_default() += 1;
         }
-        self.open.insert(
-            fd,
-            Open {
-                peer,
-                since: Instant::now(),
-                cut,
-            },
-        );
+        self.open.insert((socket, fd), Open { peer, since, cut });
         refusal.filter(|_| cut)
     }
 
-    /// libzmq closed the connection on `fd`: how it ended, and who the peer was.
-    pub(crate) fn disconnected(&mut self, fd: RawFd) -> (Ended, Peer) {
-        let open = self.forget(fd);
+    /// libzmq closed the connection on `fd` of socket `socket`: how it ended, and who the
+    /// peer was.
+    ///
+    /// Its age is measured from before libzmq accepted it to now, after libzmq closed it: never
+    /// less than it was, so that no connection libzmq's timer closed is taken for one whose
+    /// peer left. A peer that leaves by itself just before the timeout (closer to it than the
+    /// thread lagged behind the monitor when it read the accept) is counted as timed out,
+    /// which it would have been a moment later.
+    pub(crate) fn disconnected(&mut self, socket: usize, fd: RawFd) -> (Ended, Peer) {
+        let open = self.forget((socket, fd));
         let ended = match &open {
             Some(open) if open.cut => Ended::Cut,
-            Some(open) if open.since.elapsed() >= self.limits.handshake_timeout => {
+            Some(open) if open.since.elapsed() + TIMER_SLACK >= self.limits.handshake_timeout => {
                 Ended::AfterTimeout
             }
             _ => Ended::Other,
@@ -360,8 +376,8 @@ impl Connections {
         (ended, open.map_or(Peer::Gone, |o| o.peer))
     }
 
-    fn forget(&mut self, fd: RawFd) -> Option<Open> {
-        let open = self.open.remove(&fd)?;
+    fn forget(&mut self, id: Id) -> Option<Open> {
+        let open = self.open.remove(&id)?;
         if let Some(address) = open.peer.address() {
             if let Some(n) = self.per_address.get_mut(&address) {
                 *n -= 1;
@@ -498,7 +514,7 @@ mod tests {
         for _ in 0..3 {
             let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
             let (accepted, _) = listener.accept().unwrap();
-            refusals.push(table.accepted(&listeners, accepted.as_raw_fd()));
+            refusals.push(table.accepted(&listeners, 0, accepted.as_raw_fd(), Instant::now()));
             kept.push((client, accepted));
         }
         assert!(refusals[0].is_none() && refusals[1].is_none());
@@ -508,9 +524,27 @@ mod tests {
             "{why}"
         );
         assert_eq!(table.len(), 3);
-        assert_eq!(table.disconnected(kept[2].1.as_raw_fd()).0, Ended::Cut);
-        assert_eq!(table.disconnected(kept[0].1.as_raw_fd()).0, Ended::Other);
+        assert_eq!(table.disconnected(0, kept[2].1.as_raw_fd()).0, Ended::Cut);
+        assert_eq!(table.disconnected(0, kept[0].1.as_raw_fd()).0, Ended::Other);
         assert_eq!(table.len(), 1);
+    }
+
+    #[test]
+    fn a_connection_is_as_old_as_the_instant_before_its_accept_and_known_per_socket() {
+        let listeners = Listeners::default();
+        let mut table = Connections::new(Limits::new(16, 16, 3000));
+        let timeout = Duration::from_millis(3000);
+        let now = Instant::now();
+        // Read late: the accept was sent 3 s before the thread took it, and its timer has
+        // fired since.
+        assert_eq!(table.accepted(&listeners, 0, 7, now - timeout), None);
+        // The same number on the other socket is another connection.
+        assert_eq!(table.accepted(&listeners, 1, 7, now), None);
+        assert_eq!(table.len(), 2);
+        assert_eq!(table.disconnected(0, 7).0, Ended::AfterTimeout);
+        assert_eq!(table.disconnected(1, 7).0, Ended::Other);
+        assert_eq!(table.disconnected(1, 7), (Ended::Other, Peer::Gone));
+        assert_eq!(table.len(), 0);
     }
 
     #[test]

@@ -66,7 +66,11 @@ pub(crate) fn start(
         let monitor = context.socket(zmq::PAIR).map_err(failed)?;
         monitor.set_linger(0).map_err(failed)?;
         monitor.connect(&endpoint).map_err(failed)?;
-        monitors.push((monitor, None));
+        monitors.push(Monitor {
+            socket: monitor,
+            failure: None,
+            quiet_since: Instant::now(),
+        });
     }
     let stop = Arc::new(AtomicBool::new(false));
     let handler = Handler {
@@ -123,11 +127,23 @@ enum Failure {
     Unfinished,
 }
 
-/// The thread's state: the ZAP socket, the sockets' monitors (each with the failure it last
-/// reported), and the table of connections.
+/// The monitor of one watched socket, and what the thread knows of its events so far.
+struct Monitor {
+    socket: zmq::Socket,
+    /// The handshake failure it last reported, until the disconnection that follows it.
+    failure: Option<Failure>,
+    /// An instant at which the monitor had no event waiting: every event read since was sent
+    /// after it. The thread may read an event long after libzmq sent it (while it cuts
+    /// hundreds of connections of a burst, or when the machine is busy), so the time it reads
+    /// an accept at would make a connection look younger than it is, and one closed by
+    /// libzmq's handshake timer look closed before its time.
+    quiet_since: Instant,
+}
+
+/// The thread's state: the ZAP socket, the sockets' monitors, and the table of connections.
 struct Handler {
     zap: zmq::Socket,
-    monitors: Vec<(zmq::Socket, Option<Failure>)>,
+    monitors: Vec<Monitor>,
     allowed_keys: Option<Vec<Key>>,
     allowed_addresses: Option<Vec<IpAddr>>,
     counters: Arc<PeerCounters>,
@@ -210,17 +226,19 @@ impl Handler {
             items.extend(
                 self.monitors
                     .iter()
-                    .map(|(m, _)| m.as_poll_item(zmq::POLLIN)),
+                    .map(|m| m.socket.as_poll_item(zmq::POLLIN)),
             );
             if zmq::poll(&mut items, POLL.as_millis() as i64).is_err() {
                 continue;
             }
-            let ready: Vec<bool> = items.iter().map(zmq::PollItem::is_readable).collect();
+            let zap_ready = items[0].is_readable();
             drop(items);
-            if ready[0] {
+            if zap_ready {
                 self.answer_zap();
             }
-            for i in (0..self.monitors.len()).filter(|i| ready[i + 1]) {
+            // Every monitor, ready or not, is read until it is empty, which renews its
+            // `quiet_since` at each turn of the loop.
+            for i in 0..self.monitors.len() {
                 while let Some(more) = self.take_monitor_event(i) {
                     if !more {
                         // That socket is closed: nothing more will happen on it.
@@ -296,7 +314,12 @@ impl Handler {
     /// Takes one event of monitor `i`: `None` when none is waiting, `Some(false)` once the
     /// monitor stopped.
     fn take_monitor_event(&mut self, i: usize) -> Option<bool> {
-        let frames = self.monitors[i].0.recv_multipart(zmq::DONTWAIT).ok()?;
+        let asked = Instant::now();
+        let Ok(frames) = self.monitors[i].socket.recv_multipart(zmq::DONTWAIT) else {
+            // Nothing was waiting at `asked`: the next event is sent after it.
+            self.monitors[i].quiet_since = asked;
+            return None;
+        };
         let Some((event, value)) = monitor_event(&frames) else {
             return Some(true);
         };
@@ -306,7 +329,8 @@ impl Handler {
             EVENT_MONITOR_STOPPED => return Some(false),
             EVENT_LISTENING => self.connections.listening(&self.listeners, fd),
             EVENT_ACCEPTED => {
-                if let Some(why) = self.connections.accepted(&self.listeners, fd) {
+                let since = self.monitors[i].quiet_since;
+                if let Some(why) = self.connections.accepted(&self.listeners, i, fd, since) {
                     counters.connections_refused.fetch_add(1, Relaxed);
                     self.refusals
                         .log(Level::Warn, || format!("refused a connection: {why}"));
@@ -329,8 +353,8 @@ impl Handler {
                 counters.subscribers.fetch_add(1, Relaxed);
             }
             EVENT_DISCONNECTED => {
-                let (ended, from) = self.connections.disconnected(fd);
-                match (self.monitors[i].1.take(), ended) {
+                let (ended, from) = self.connections.disconnected(i, fd);
+                match (self.monitors[i].failure.take(), ended) {
                     // libzmq reports a handshake that did not finish just before the
                     // disconnection, so one without a failure had succeeded. Only this
                     // thread changes the gauge.
@@ -360,13 +384,15 @@ impl Handler {
             EVENT_HANDSHAKE_FAILED_AUTH => {
                 // Counted here, once per handshake; the ZAP handler logged the reason.
                 counters.refused_handshakes.fetch_add(1, Relaxed);
-                self.monitors[i].1 = Some(Failure::NotAdmitted);
+                self.monitors[i].failure = Some(Failure::NotAdmitted);
             }
             EVENT_HANDSHAKE_FAILED_PROTOCOL => {
                 counters.refused_handshakes.fetch_add(1, Relaxed);
-                self.monitors[i].1 = Some(Failure::Refused(protocol_failure(value)));
+                self.monitors[i].failure = Some(Failure::Refused(protocol_failure(value)));
             }
-            EVENT_HANDSHAKE_FAILED_NO_DETAIL => self.monitors[i].1 = Some(Failure::Unfinished),
+            EVENT_HANDSHAKE_FAILED_NO_DETAIL => {
+                self.monitors[i].failure = Some(Failure::Unfinished)
+            }
             _ => {}
         }
         counters

@@ -15,7 +15,9 @@ def main(metrics_path, status_path):
     with open(metrics_path) as f:
         text = f.read()
     with open(status_path) as f:
-        status = json.load(f)
+        # As a reader that holds every number as a double (JavaScript, many JSON libraries):
+        # what must survive that is written as a string.
+        status = json.load(f, parse_int=float)
     # Which build answered, not a counter: it has no metric.
     assert status.pop("built_with_kv_events") is True, status
 
@@ -44,11 +46,13 @@ def main(metrics_path, status_path):
             build_info = sample.labels
             continue
         if sample.name.endswith("_info"):
-            # An id too wide for a float sample rides in a label: NAME_info{NAME="id"} 1.
+            # An id too wide for a float sample rides in a label: NAME_info{NAME="id"} 1; the
+            # status writes it as a string of the same digits.
             field = sample.name[len(PREFIX):-len("_info")]
-            assert sample.labels == {field: str(status[field])}, (sample, status[field])
+            assert isinstance(status[field], str) and status[field].isdigit(), status[field]
+            assert sample.labels == {field: status[field]}, (sample, status[field])
             assert sample.value == 1, sample
-            values[field] = status[field]
+            values[field] = status[field] = int(status[field])
             continue
         assert sample.labels == {}, sample
         assert sample.name.startswith(PREFIX), sample.name
