@@ -134,7 +134,7 @@ impl<'p> Payload<'p> {
     }
 
     /// The next marker and its offset; `what` names the value for the error at the end.
-    fn marker(&mut self, what: &str) -> Result<(usize, Marker), String> {
+    fn marker(&mut self, what: &(impl fmt::Display + ?Sized)) -> Result<(usize, Marker), String> {
         let at = self.at;
         let byte = *self
             .bytes
@@ -145,7 +145,7 @@ impl<'p> Payload<'p> {
     }
 
     /// The next `n` bytes, which `what` needs.
-    fn take(&mut self, n: u64, what: &str) -> Result<&'p [u8], String> {
+    fn take(&mut self, n: u64, what: &(impl fmt::Display + ?Sized)) -> Result<&'p [u8], String> {
         let left = self.bytes.len() - self.at;
         match usize::try_from(n) {
             Ok(n) if n <= left => {
@@ -160,12 +160,12 @@ impl<'p> Payload<'p> {
     }
 
     /// A big-endian unsigned integer of `n` bytes (1 to 8).
-    fn be(&mut self, n: u64, what: &str) -> Result<u64, String> {
+    fn be(&mut self, n: u64, what: &(impl fmt::Display + ?Sized)) -> Result<u64, String> {
         let bytes = self.take(n, what)?;
         Ok(bytes.iter().fold(0, |v, &b| (v << 8) | u64::from(b)))
     }
 
-    fn uint(&mut self, what: &str) -> Result<u64, String> {
+    fn uint(&mut self, what: &(impl fmt::Display + ?Sized)) -> Result<u64, String> {
         let (at, marker) = self.marker(what)?;
         match marker {
             Marker::FixPos(v) => Ok(u64::from(v)),
@@ -183,7 +183,7 @@ impl<'p> Payload<'p> {
     /// One event: a map of at most [`MAX_EVENT_KEYS`] string keys whose values are scalars
     /// or arrays of scalars, [`MAX_EVENT_ARRAY_ITEMS`] items in all.
     fn event(&mut self, index: u32) -> Result<(), String> {
-        let what = format!("event {index}");
+        let what = EventAt(index);
         let (at, marker) = self.marker(&what)?;
         let keys = match marker {
             Marker::FixMap(n) => u32::from(n),
@@ -214,7 +214,7 @@ impl<'p> Payload<'p> {
                 ));
             }
             let key = self.bytes_of(marker, &what)?.unwrap_or_default();
-            let what = format!("{what}, key {:?}", String::from_utf8_lossy(key));
+            let what = KeyAt { event: index, key };
             let (at, marker) = self.marker(&what)?;
             match array_len(self, marker)? {
                 Some(n) => {
@@ -238,7 +238,12 @@ impl<'p> Payload<'p> {
 
     /// Skips the scalar `marker` begins: anything but an array or a map, which the format
     /// never nests this deep.
-    fn scalar(&mut self, at: usize, marker: Marker, what: &str) -> Result<(), String> {
+    fn scalar(
+        &mut self,
+        at: usize,
+        marker: Marker,
+        what: &(impl fmt::Display + ?Sized),
+    ) -> Result<(), String> {
         let size = match marker {
             Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
                 0
@@ -272,7 +277,11 @@ impl<'p> Payload<'p> {
     }
 
     /// The bytes of a string or bin `marker` begins; `None` for any other marker.
-    fn bytes_of(&mut self, marker: Marker, what: &str) -> Result<Option<&'p [u8]>, String> {
+    fn bytes_of(
+        &mut self,
+        marker: Marker,
+        what: &(impl fmt::Display + ?Sized),
+    ) -> Result<Option<&'p [u8]>, String> {
         let len = match marker {
             Marker::FixStr(n) => u64::from(n),
             Marker::Str8 | Marker::Bin8 => self.be(1, what)?,
@@ -281,6 +290,28 @@ impl<'p> Payload<'p> {
             _ => return Ok(None),
         };
         self.take(len, what).map(Some)
+    }
+}
+
+/// Event `n`, as an error names it; written only when there is an error to write.
+struct EventAt(u32);
+
+impl fmt::Display for EventAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "event {}", self.0)
+    }
+}
+
+/// The value of `key` in event `event`, as an error names it.
+struct KeyAt<'p> {
+    event: u32,
+    key: &'p [u8],
+}
+
+impl fmt::Display for KeyAt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let key = String::from_utf8_lossy(self.key);
+        write!(f, "event {}, key {key:?}", self.event)
     }
 }
 
