@@ -32,11 +32,12 @@
 //! what happened as [`Notice`]s.
 
 use super::catchup::{decode_info, Info};
+use super::change::Change;
 use super::index::{json_bytes, Index};
 use super::watch::{
     Batch, CurveClient, Subscriber, SubscriberOptions, WatchError, DEFAULT_MAX_MESSAGE_BYTES,
 };
-use crate::wire::{decode_message, Replayed};
+use crate::wire::{Message, Replayed};
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -397,7 +398,7 @@ struct Followed {
     /// The last sequence the SUB socket delivered: it only grows within one life.
     stream_last: Option<u64>,
     /// Stream messages received and not applied yet, by sequence.
-    pending: BTreeMap<u64, Batch>,
+    pending: BTreeMap<u64, Batch<Change>>,
     asking: Option<Ask>,
     /// When the last reply frame (or the request) was seen.
     asked_at: Instant,
@@ -666,7 +667,7 @@ impl Followed {
     fn read(&mut self, options: &FollowOptions, notice: &mut impl FnMut(Happened)) {
         let start = Instant::now();
         while start.elapsed() < READ_BUDGET / 2 {
-            match self.subscriber.recv(Duration::ZERO) {
+            match self.subscriber.recv_as::<Change>(Duration::ZERO) {
                 Ok(Some(batch)) => self.on_stream(batch, options, notice),
                 Ok(None) => break,
                 Err(e @ (WatchError::Malformed(_) | WatchError::TooLarge { .. })) => {
@@ -703,7 +704,7 @@ impl Followed {
     /// A message from the stream.
     fn on_stream(
         &mut self,
-        batch: Batch,
+        batch: Batch<Change>,
         options: &FollowOptions,
         notice: &mut impl FnMut(Happened),
     ) {
@@ -772,11 +773,11 @@ impl Followed {
     }
 
     /// Applies one message that follows the index.
-    fn apply(&mut self, batch: &Batch, notice: &mut impl FnMut(Happened)) {
+    fn apply(&mut self, batch: &Batch<Change>, notice: &mut impl FnMut(Happened)) {
         let mut skipped = 0;
         let mut first_why = None;
         for event in &batch.events {
-            match self.index.apply(event) {
+            match self.index.apply_change(event) {
                 Ok(_) => self.counters.events += 1,
                 Err(why) => {
                     skipped += 1;
@@ -987,11 +988,11 @@ impl Followed {
                 [verb, payload],
             ) if verb.as_slice() == b"snapshot" => {
                 self.failing = None;
-                match decode_message(&[&[][..], &[0u8; 8][..], payload.as_slice()]) {
+                match Message::<Change>::decode(&[&[][..], &[0u8; 8][..], payload.as_slice()]) {
                     Ok(page) => {
                         for event in &page.events {
                             events += 1;
-                            if let Err(why) = staged.apply(event) {
+                            if let Err(why) = staged.apply_change(event) {
                                 bad.get_or_insert(format!("a snapshot event: {why}"));
                             }
                         }
@@ -1108,7 +1109,7 @@ impl Followed {
             // end of the replay finds the hole.
             return;
         }
-        match decode_message(&[&[][..], sequence, payload]) {
+        match Message::<Change>::decode(&[&[][..], sequence, payload]) {
             Ok(message) => {
                 let batch = Batch {
                     sequence: message.sequence,

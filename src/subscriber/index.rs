@@ -6,18 +6,20 @@
 //! [`super::Follower`] keeps one [`Index`] per publisher it follows, and heals it
 //! through snapshots and replays when the stream loses something.
 
+use super::change::{Change, Field};
 use crate::media::{Medium, MediumSet};
-use crate::wire::field;
 use rmpv::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Write};
 
 /// The tenant the wire names when the master's tenant is empty.
 pub const DEFAULT_TENANT: &[u8] = b"default";
 
-/// The objects of one tenant: key → media.
-pub type Objects = BTreeMap<Vec<u8>, MediumSet>;
+/// The objects of one tenant: key → media. Hashed, not ordered: a follower applies millions
+/// of events a second, and keys often share long prefixes, which an ordered map compares
+/// again at every level; [`Index::iter`] sorts.
+pub type Objects = HashMap<Vec<u8>, MediumSet>;
 
 /// Tenant → key → media, keys and tenants as bytes (the wire sends `str` or `bin`; both are
 /// taken as their bytes). An object is present only while its media set is not empty, and a
@@ -46,6 +48,15 @@ impl fmt::Debug for Index {
             .field("tenants", &self.tenants.len())
             .field("objects", &self.objects)
             .finish()
+    }
+}
+
+/// The bytes of `field`, `name` of a `kind` event, or why there are none.
+fn known<'e>(kind: &str, name: &str, field: &'e Field) -> Result<&'e [u8], String> {
+    match field {
+        Field::Bytes(b) => Ok(b),
+        Field::Other(other) => Err(format!("a {kind} event whose {name} is {other}")),
+        Field::Absent => Err(format!("a {kind} event without {name}")),
     }
 }
 
@@ -97,29 +108,39 @@ impl Index {
     /// Every object: tenant, key and media, in byte order of tenant then key.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8], MediumSet)> + '_ {
         self.tenants.iter().flat_map(|(tenant, objects)| {
-            objects
-                .iter()
+            let mut sorted: Vec<(&Vec<u8>, &MediumSet)> = objects.iter().collect();
+            sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            sorted
+                .into_iter()
                 .map(move |(key, media)| (tenant.as_slice(), key.as_slice(), *media))
         })
     }
 
     /// `key` of `tenant` is readable on `medium` (a `stored`).
     pub fn store(&mut self, tenant: &[u8], key: &[u8], medium: Medium) {
-        let objects = self
-            .tenants
-            .entry(tenant_name(tenant).to_vec())
-            .or_default();
-        let media = objects.entry(key.to_vec()).or_insert_with(|| {
-            self.objects += 1;
-            MediumSet::EMPTY
-        });
-        *media = media.with(medium);
+        // Looked up before inserted: the names are copied only for a new tenant or object.
+        let tenant = tenant_name(tenant);
+        if !self.tenants.contains_key(tenant) {
+            self.tenants.insert(tenant.to_vec(), Objects::new());
+        }
+        // Present: inserted just above when it was not.
+        let Some(objects) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        match objects.get_mut(key) {
+            Some(media) => *media = media.with(medium),
+            None => {
+                objects.insert(key.to_vec(), MediumSet::EMPTY.with(medium));
+                self.objects += 1;
+            }
+        }
     }
 
     /// `key` of `tenant` is no longer readable on `medium` (a `removed`); the object goes
     /// when it is readable nowhere.
     pub fn remove(&mut self, tenant: &[u8], key: &[u8], medium: Medium) {
         let tenant = tenant_name(tenant);
+        // Present: inserted just above when it was not.
         let Some(objects) = self.tenants.get_mut(tenant) else {
             return;
         };
@@ -176,36 +197,39 @@ impl Index {
     /// unknown `event_type`, a `stored` or `removed` without a key or a medium it knows, no
     /// tenant) changes nothing; the error says why.
     pub fn apply(&mut self, event: &Value) -> Result<Applied, String> {
-        let kind = field(event, "event_type")
-            .and_then(Value::as_str)
+        self.apply_change(&Change::from_value(event))
+    }
+
+    /// [`Index::apply`] of an event decoded as a [`Change`], its four fields alone.
+    pub fn apply_change(&mut self, event: &Change) -> Result<Applied, String> {
+        let kind = event
+            .event_type
+            .bytes()
+            .and_then(|kind| std::str::from_utf8(kind).ok())
             .ok_or("an event without an event_type string")?;
-        let bytes = |name: &str| -> Result<&[u8], String> {
-            match field(event, name) {
-                Some(Value::String(s)) => Ok(s.as_bytes()),
-                Some(Value::Binary(b)) => Ok(b),
-                Some(other) => Err(format!("a {kind} event whose {name} is {other}")),
-                None => Err(format!("a {kind} event without {name}")),
-            }
-        };
-        let medium = || -> Result<Medium, String> {
-            match field(event, "medium").and_then(Value::as_str) {
-                Some("cpu") => Ok(Medium::Cpu),
-                Some("disk") => Ok(Medium::Disk),
-                _ => Err(format!("a {kind} event without a medium of cpu or disk")),
-            }
+        let medium = || match event.medium.bytes() {
+            Some(b"cpu") => Ok(Medium::Cpu),
+            Some(b"disk") => Ok(Medium::Disk),
+            _ => Err(format!("a {kind} event without a medium of cpu or disk")),
         };
         match kind {
-            "stored" => {
-                let (tenant, key, medium) = (bytes("tenant_id")?, bytes("object_key")?, medium()?);
-                self.store(tenant, key, medium);
-                Ok(Applied::Stored)
+            "stored" | "removed" => {
+                let tenant = known(kind, "tenant_id", &event.tenant_id)?;
+                let key = known(kind, "object_key", &event.object_key)?;
+                let medium = medium()?;
+                if kind == "stored" {
+                    self.store(tenant, key, medium);
+                    Ok(Applied::Stored)
+                } else {
+                    self.remove(tenant, key, medium);
+                    Ok(Applied::Removed)
+                }
             }
-            "removed" => {
-                let (tenant, key, medium) = (bytes("tenant_id")?, bytes("object_key")?, medium()?);
-                self.remove(tenant, key, medium);
-                Ok(Applied::Removed)
-            }
-            "cleared" => Ok(Applied::Cleared(self.clear(bytes("tenant_id")?))),
+            "cleared" => Ok(Applied::Cleared(self.clear(known(
+                kind,
+                "tenant_id",
+                &event.tenant_id,
+            )?))),
             other => Err(format!("an event of unknown type {other:?}")),
         }
     }
@@ -332,7 +356,7 @@ mod tests {
         assert_eq!(index.get(b"", &[0xff, 0]), MediumSet::from([Medium::Cpu]));
         assert_eq!(index.get(b"x", b"k"), MediumSet::from([Medium::Disk]));
         index.store(b"", b"plain", Medium::Disk);
-        assert_eq!(index.tenant(b"default").map(BTreeMap::len), Some(2));
+        assert_eq!(index.tenant(b"default").map(HashMap::len), Some(2));
         let mut out = Vec::new();
         index.write_json_lines(&mut out).unwrap();
         assert_eq!(
