@@ -97,8 +97,9 @@ mod bridge {
         /// (possible through the C API only; such bits are ignored), or a put commit with no
         /// medium at all (it publishes nothing). Each is a bug in the master's wiring.
         pub invalid_media_calls: u64,
-        /// Bytes of replies (replays and snapshots) that the replay socket's connections hold
-        /// now, not yet written to their requesters: at most 16 MiB, 2 MiB per requester.
+        /// Bytes of replayed messages that the replay socket's connections hold now, not yet
+        /// written to their requesters: at most 16 MiB, 2 MiB per requester. (A snapshot's
+        /// batches are shared by its requesters and bounded where they are kept.)
         pub replay_bytes_in_flight: u64,
         /// Messages with no event sent after `kv_events_heartbeat_ms` without a message
         /// (not counted in `published_batches`).
@@ -252,7 +253,7 @@ stats_fields! {
     invalid_media_calls, counter, callers,
         "Event calls with a media bit other than cpu and disk, or a put commit with no medium.";
     replay_bytes_in_flight, gauge, peers,
-        "Bytes of replay socket replies not yet written to their requesters.";
+        "Bytes of replayed messages not yet written to their requesters.";
     heartbeats, counter, callers, "Messages with no event sent after a silence.";
 }
 

@@ -284,7 +284,7 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(invalid_media_calls, counter,                                                                  \
     "Event calls with a media bit other than cpu and disk, or a put commit with no medium.")      \
   X(replay_bytes_in_flight, gauge,                                                                 \
-    "Bytes of replay socket replies not yet written to their requesters.")                        \
+    "Bytes of replayed messages not yet written to their requesters.")                            \
   X(heartbeats, counter, "Messages with no event sent after a silence.")
 
 #define KV_EVENTS_STAT_TYPE_flag bool
