@@ -188,6 +188,65 @@ fn phase(master: &Arc<Master>, subscriber: &zmq::Socket, replay: &str, snapshots
     }
 }
 
+/// CPU seconds the replay socket's thread (`kv-events-replay`) has used: it sends every
+/// requester its batches. (A snapshot's own thread exits when it ends, and takes its count
+/// with it.)
+fn replay_cpu() -> f64 {
+    let ticks: u64 = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| {
+            let path = task.ok()?.path();
+            let comm = std::fs::read_to_string(path.join("comm")).ok()?;
+            if !comm.starts_with("kv-events-replay") {
+                return None;
+            }
+            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+            let after = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = after.split_whitespace().collect();
+            Some(fields[11].parse::<u64>().ok()? + fields[12].parse::<u64>().ok()?)
+        })
+        .sum();
+    ticks as f64 / 100.0
+}
+
+fn rss_mb() -> f64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: f64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096.0 / 1e6
+}
+
+/// `requesters` DEALERs ask for a snapshot at once and read it whole: the time to the last
+/// `snapshot-end`, how many different ends they got (1: one enumeration served them all),
+/// the replay thread's CPU seconds and the growth of the process's memory.
+fn fleet(replay: &str, requesters: usize) -> (Duration, usize, f64, f64) {
+    let (cpu, rss) = (replay_cpu(), rss_mb());
+    let started = Instant::now();
+    let readers: Vec<_> = (0..requesters)
+        .map(|_| {
+            let replay = replay.to_owned();
+            thread::spawn(move || {
+                let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
+                socket.set_rcvtimeo(120_000).unwrap();
+                socket.connect(&replay).unwrap();
+                socket.send_multipart([&b""[..], b"snapshot"], 0).unwrap();
+                loop {
+                    let frames = socket.recv_multipart(0).expect("the snapshot goes on");
+                    match &frames[1][..] {
+                        b"snapshot" => {}
+                        b"snapshot-end" => return frames[2].clone(),
+                        other => panic!("{}", String::from_utf8_lossy(other)),
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut ends: Vec<Vec<u8>> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let took = started.elapsed();
+    ends.sort();
+    ends.dedup();
+    (took, ends.len(), replay_cpu() - cpu, rss_mb() - rss)
+}
+
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * q) as usize]
 }
@@ -216,6 +275,29 @@ fn main() {
         bytes as f64 / 1e6,
         bytes as f64 / objects as f64
     );
+
+    // A fleet asking at once, of a master holding a tenth as many objects.
+    let (fleet_endpoint, fleet_replay) = (tcp_endpoint(), tcp_endpoint());
+    let fleet_publisher = Publisher::create(&Config {
+        replay_endpoint: fleet_replay.clone(),
+        ..common::config(&fleet_endpoint)
+    })
+    .expect("binds");
+    let fleet_master = Master::new(fleet_publisher, objects / 10);
+    println!(
+        "| requesters at once ({} objects) | to the last snapshot-end | enumerations | replay \
+         thread CPU-s | RSS growth MB |",
+        objects / 10
+    );
+    println!("|---|---|---|---|---|");
+    for requesters in [1, 4, 16, 64] {
+        let (took, ends, cpu, rss) = fleet(&fleet_replay, requesters);
+        println!(
+            "| {requesters} | {:.2} s | {ends} | {cpu:.2} | {rss:.1} |",
+            took.as_secs_f64()
+        );
+    }
+    drop(fleet_master);
 
     let subscriber = raw_subscriber(&endpoint, None);
     thread::sleep(Duration::from_millis(500));
