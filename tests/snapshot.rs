@@ -4,7 +4,7 @@
 
 use kv_events_testing as common;
 
-use common::{eventually, raw_subscriber, tcp_endpoint};
+use common::{dealer, eventually, raw_subscriber, tcp_endpoint};
 use mooncake_kv_events::wire::{decode_message, field};
 use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
 use rmpv::Value;
@@ -130,15 +130,6 @@ fn joined(master: &Master, sub: &zmq::Socket) {
         master.publisher.flush(Duration::from_secs(5));
         sub.poll(zmq::POLLIN, 50).unwrap() > 0
     }));
-}
-
-/// A DEALER on the replay socket.
-fn dealer(endpoint: &str) -> zmq::Socket {
-    let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
-    socket.set_linger(0).unwrap();
-    socket.set_rcvtimeo(20_000).unwrap();
-    socket.connect(endpoint).unwrap();
-    socket
 }
 
 /// The end of a snapshot: its map's fields by name.

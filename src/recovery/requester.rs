@@ -70,21 +70,6 @@ impl Requester {
         payload: &Arc<[u8]>,
         counted: bool,
     ) -> Reply {
-        let reply = self.try_send(socket, counters, head, payload, counted);
-        if reply == Reply::Yes {
-            self.stalled_since = None;
-        }
-        reply
-    }
-
-    fn try_send(
-        &self,
-        socket: &mut zmq::Socket,
-        counters: &Arc<PeerCounters>,
-        head: &[&[u8]],
-        payload: &Arc<[u8]>,
-        counted: bool,
-    ) -> Reply {
         match self.window.room(payload.len(), counters, counted) {
             Room::Yes => {}
             Room::RequesterFull => return Reply::Behind,
@@ -103,7 +88,10 @@ impl Requester {
             }
         }
         match send(socket, Arc::clone(payload), self, counters, counted) {
-            Ok(()) => Reply::Yes,
+            Ok(()) => {
+                self.stalled_since = None;
+                Reply::Yes
+            }
             Err(_) => Reply::Gone,
         }
     }

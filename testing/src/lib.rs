@@ -182,6 +182,15 @@ pub fn raw_subscriber(
     socket
 }
 
+/// A DEALER on a replay endpoint, as a requester uses one: replies within 20 s or an error.
+pub fn dealer(endpoint: &str) -> zmq::Socket {
+    let socket = zmq::Context::new().socket(zmq::DEALER).unwrap();
+    socket.set_linger(0).unwrap();
+    socket.set_rcvtimeo(20_000).unwrap();
+    socket.connect(endpoint).unwrap();
+    socket
+}
+
 /// Every message `socket` receives until none comes for `quiet`, frame by frame.
 pub fn raw_messages(socket: &zmq::Socket, quiet: Duration) -> Vec<Vec<Vec<u8>>> {
     let mut messages = Vec::new();
