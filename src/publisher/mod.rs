@@ -271,6 +271,10 @@ impl Publisher {
         media: MediumSet,
         unknown_bits: bool,
     ) {
+        // A disabled publisher counts nothing and its calls cost a branch.
+        if self.enabled.is_none() {
+            return;
+        }
         if unknown_bits || media.is_empty() {
             self.count_invalid_media();
         }
