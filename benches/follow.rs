@@ -14,8 +14,8 @@
 use kv_events_testing as common;
 
 use common::model::Model;
-use mooncake_kv_events::subscriber::{Change, FollowOptions, Follower, Index, Source};
-use mooncake_kv_events::wire::{decode_message, Message};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Index, Source};
+use mooncake_kv_events::wire::{decode_message, Checked};
 use mooncake_kv_events::{Config, MediumSet, Publisher};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
@@ -122,8 +122,8 @@ fn main() {
         for page in &pages {
             let frames = [&[][..], &[0u8; 8][..], page];
             if lean {
-                for event in &Message::<Change>::decode(&frames).unwrap().events {
-                    index.apply_change(event).unwrap();
+                for event in Checked::new(frames.to_vec()).unwrap().changes() {
+                    index.apply_change(&event).unwrap();
                     events += 1;
                 }
             } else {

@@ -406,3 +406,48 @@ fn heartbeats_spare_the_follower_its_info_polls() {
     assert!(info_polls_while_idle(0) >= 1);
     assert_eq!(info_polls_while_idle(50), 0);
 }
+
+/// A burst while the follower reads its first snapshot, with a replay ring far too small
+/// for it: the live messages are held while the snapshot arrives and applied after it, so
+/// one snapshot is enough. Held within `max_buffered_bytes`: when the burst is larger, the
+/// follower drops what it cannot hold, counts it, and takes a second snapshot.
+fn burst_during_the_join(max_buffered_bytes: usize) -> mooncake_kv_events::subscriber::Counters {
+    let model = Model::new();
+    let (publisher, source) = publisher(&model, |c| c.replay_buffer_bytes = 64 << 10);
+    model.churn(&publisher, 1, 20_000, 20_000);
+    flush(&publisher);
+    let options = FollowOptions {
+        max_buffered_bytes,
+        ..quick()
+    };
+    let mut follower = Follower::new(vec![source], options).unwrap();
+    let connected = std::time::Instant::now();
+    while publisher.stats().subscribers == 0 {
+        assert!(connected.elapsed() < WITHIN, "the follower never connected");
+        thread::sleep(Duration::from_millis(5));
+    }
+    // The subscription travels after the connection.
+    thread::sleep(Duration::from_millis(200));
+    // The snapshot is asked for; the burst follows while it is on its way.
+    follower.poll(Duration::ZERO);
+    model.churn(&publisher, 2, 60_000, 20_000);
+    flush(&publisher);
+    converge(&mut follower, 0, &model, WITHIN);
+    follower.counters()
+}
+
+#[test]
+fn a_burst_during_the_join_is_held_and_one_snapshot_is_enough() {
+    let counters = burst_during_the_join(FollowOptions::default().max_buffered_bytes);
+    assert_eq!(counters.snapshots, 1, "{counters:?}");
+    assert_eq!(counters.overflowed, 0, "{counters:?}");
+    // What came after the snapshot's sequence was held, then applied.
+    assert!(counters.events > 0, "{counters:?}");
+}
+
+#[test]
+fn a_burst_beyond_the_held_bytes_is_counted_and_recovered_by_another_snapshot() {
+    let counters = burst_during_the_join(32 << 10);
+    assert!(counters.overflowed > 0, "{counters:?}");
+    assert!(counters.snapshots >= 2, "{counters:?}");
+}

@@ -32,15 +32,15 @@
 //! what happened as [`Notice`]s.
 
 use super::catchup::{decode_info, Info};
-use super::change::Change;
 use super::index::{json_bytes, Index};
 use super::watch::{
-    Batch, CurveClient, Subscriber, SubscriberOptions, WatchError, DEFAULT_MAX_MESSAGE_BYTES,
+    CurveClient, Subscriber, SubscriberOptions, WatchError, DEFAULT_MAX_MESSAGE_BYTES,
 };
-use crate::wire::{Message, Replayed};
+use crate::wire::{Checked, Replayed};
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Deref;
 use std::time::{Duration, Instant};
 
 /// The longest [`Follower::poll`] waits on its sockets before looking at its timers.
@@ -96,6 +96,10 @@ pub struct FollowOptions {
     /// dropped (counted in [`Counters::overflowed`]) and recovered like any loss. Default
     /// 1,000,000.
     pub max_buffered: usize,
+    /// The most payload bytes those messages may hold together; past it, as past
+    /// `max_buffered`. Default 1 GiB: a million-object burst, held while a snapshot of as
+    /// many is read, takes about a quarter of it.
+    pub max_buffered_bytes: usize,
 }
 
 impl Default for FollowOptions {
@@ -107,6 +111,7 @@ impl Default for FollowOptions {
             retry_after: Duration::from_secs(1),
             quiet_check: Duration::from_secs(1),
             max_buffered: 1_000_000,
+            max_buffered_bytes: 1 << 30,
         }
     }
 }
@@ -143,7 +148,8 @@ pub struct Counters {
     /// Requests to the replay socket that failed: no answer in time, an error reply
     /// (`busy`, snapshots not available), an unusable reply. Each is retried.
     pub failed_requests: u64,
-    /// Live messages dropped because [`FollowOptions::max_buffered`] were held already.
+    /// Live messages dropped because [`FollowOptions::max_buffered`] messages or
+    /// [`FollowOptions::max_buffered_bytes`] were held already.
     pub overflowed: u64,
     /// Times the index came back in sync: after the start, and after each incident (a
     /// gap, a new incarnation, a restart).
@@ -397,8 +403,10 @@ struct Followed {
     applied: Option<u64>,
     /// The last sequence the SUB socket delivered: it only grows within one life.
     stream_last: Option<u64>,
-    /// Stream messages received and not applied yet, by sequence.
-    pending: BTreeMap<u64, Batch<Change>>,
+    /// Stream messages received and not applied yet, by sequence, as they arrived.
+    pending: BTreeMap<u64, Checked<zmq::Message>>,
+    /// Their payloads' bytes.
+    pending_bytes: usize,
     asking: Option<Ask>,
     /// When the last reply frame (or the request) was seen.
     asked_at: Instant,
@@ -469,6 +477,7 @@ impl Follower {
                 applied: None,
                 stream_last: None,
                 pending: BTreeMap::new(),
+                pending_bytes: 0,
                 asking: None,
                 asked_at: now,
                 snapshot_due: true,
@@ -667,8 +676,8 @@ impl Followed {
     fn read(&mut self, options: &FollowOptions, notice: &mut impl FnMut(Happened)) {
         let start = Instant::now();
         while start.elapsed() < READ_BUDGET / 2 {
-            match self.subscriber.recv_as::<Change>(Duration::ZERO) {
-                Ok(Some(batch)) => self.on_stream(batch, options, notice),
+            match self.subscriber.recv_checked(Duration::ZERO) {
+                Ok(Some((message, _))) => self.on_stream(message, options, notice),
                 Ok(None) => break,
                 Err(e @ (WatchError::Malformed(_) | WatchError::TooLarge { .. })) => {
                     self.counters.malformed += 1;
@@ -704,7 +713,7 @@ impl Followed {
     /// A message from the stream.
     fn on_stream(
         &mut self,
-        batch: Batch<Change>,
+        message: Checked<zmq::Message>,
         options: &FollowOptions,
         notice: &mut impl FnMut(Happened),
     ) {
@@ -712,27 +721,41 @@ impl Followed {
         self.last_stream = now;
         self.last_heard = Some(now);
         self.refused = None;
-        if let Some(last) = self.stream_last.filter(|last| batch.sequence <= *last) {
+        let sequence = message.sequence;
+        if let Some(last) = self.stream_last.filter(|last| sequence <= *last) {
             self.counters.incarnations += 1;
             self.restart_counted = true;
-            notice(Happened::SequenceBack {
-                last,
-                sequence: batch.sequence,
-            });
+            notice(Happened::SequenceBack { last, sequence });
             self.restart(options);
         }
-        self.stream_last = Some(batch.sequence);
-        if self.pending.len() >= options.max_buffered {
+        self.stream_last = Some(sequence);
+        // The usual case, in sync: applied as it arrives, never held.
+        let next = self.applied.map(|applied| applied.saturating_add(1));
+        if self.pending.is_empty() && self.applies_now() && next == Some(sequence) {
+            self.apply(&message, notice);
+            return;
+        }
+        if self.pending.len() >= options.max_buffered
+            || self.pending_bytes + message.payload_bytes() > options.max_buffered_bytes
+        {
             self.counters.overflowed += 1;
             return;
         }
-        self.pending.insert(batch.sequence, batch);
+        self.pending_bytes += message.payload_bytes();
+        self.pending.insert(sequence, message);
         self.drain(notice);
+    }
+
+    /// Whether stream messages that follow the index may be applied: not while a snapshot
+    /// is due or under way, which will replace the index.
+    fn applies_now(&self) -> bool {
+        !self.snapshot_due && !matches!(self.asking, Some(Ask::Snapshot { .. }))
     }
 
     /// Forgets what is buffered and whatever was asked, and calls for a snapshot.
     fn restart(&mut self, options: &FollowOptions) {
         self.pending.clear();
+        self.pending_bytes = 0;
         self.cancel(options);
         self.snapshot_due = true;
         self.not_before = Instant::now();
@@ -752,32 +775,37 @@ impl Followed {
     /// Applies the buffered messages that follow the index, and drops those it covers.
     /// Nothing while a snapshot is due or under way: it will replace the index.
     fn drain(&mut self, notice: &mut impl FnMut(Happened)) {
-        if self.snapshot_due || matches!(self.asking, Some(Ask::Snapshot { .. })) {
+        if !self.applies_now() {
             return;
         }
-        let Some(applied) = self.applied else { return };
-        let mut applied = applied;
+        let Some(mut applied) = self.applied else {
+            return;
+        };
         while let Some(entry) = self.pending.first_entry() {
             let sequence = *entry.key();
-            if sequence <= applied {
-                entry.remove();
-                self.counters.discarded += 1;
-            } else if sequence == applied + 1 {
-                let batch = entry.remove();
-                self.apply(&batch, notice);
-                applied = sequence;
-            } else {
+            if sequence > applied.saturating_add(1) {
                 break;
+            }
+            let message = entry.remove();
+            self.pending_bytes -= message.payload_bytes();
+            if sequence <= applied {
+                self.counters.discarded += 1;
+            } else {
+                self.apply(&message, notice);
+                applied = sequence;
             }
         }
     }
 
-    /// Applies one message that follows the index.
-    fn apply(&mut self, batch: &Batch<Change>, notice: &mut impl FnMut(Happened)) {
-        let mut skipped = 0;
-        let mut first_why = None;
-        for event in &batch.events {
-            match self.index.apply_change(event) {
+    /// Applies one message that follows the index, decoding its events as it goes.
+    fn apply(
+        &mut self,
+        message: &Checked<impl Deref<Target = [u8]>>,
+        notice: &mut impl FnMut(Happened),
+    ) {
+        let (mut skipped, mut first_why) = (0, None);
+        for event in message.changes() {
+            match self.index.apply_change(&event) {
                 Ok(_) => self.counters.events += 1,
                 Err(why) => {
                     skipped += 1;
@@ -789,11 +817,11 @@ impl Followed {
             self.counters.skipped_events += skipped;
             notice(Happened::Skipped(format!(
                 "{skipped} of message {}, the first: {why}",
-                batch.sequence
+                message.sequence
             )));
         }
         self.counters.messages += 1;
-        self.applied = Some(batch.sequence);
+        self.applied = Some(message.sequence);
     }
 
     /// Sends the request the state calls for, gives up one that timed out, and notices the
@@ -988,11 +1016,11 @@ impl Followed {
                 [verb, payload],
             ) if verb.as_slice() == b"snapshot" => {
                 self.failing = None;
-                match Message::<Change>::decode(&[&[][..], &[0u8; 8][..], payload.as_slice()]) {
+                match Checked::new(vec![&[][..], &[0u8; 8][..], payload.as_slice()]) {
                     Ok(page) => {
-                        for event in &page.events {
+                        for event in page.changes() {
                             events += 1;
-                            if let Err(why) = staged.apply_change(event) {
+                            if let Err(why) = staged.apply_change(&event) {
                                 bad.get_or_insert(format!("a snapshot event: {why}"));
                             }
                         }
@@ -1104,21 +1132,14 @@ impl Followed {
     ) {
         let Some(applied) = self.applied else { return };
         let number = u64::from_be_bytes(sequence.try_into().unwrap_or_default());
-        if number != applied + 1 || number >= until {
+        if number != applied.saturating_add(1) || number >= until {
             // Already held, beyond the gap (the stream brings it), or after a hole: the
             // end of the replay finds the hole.
             return;
         }
-        match Message::<Change>::decode(&[&[][..], sequence, payload]) {
+        match Checked::new(vec![&[][..], sequence, payload]) {
             Ok(message) => {
-                let batch = Batch {
-                    sequence: message.sequence,
-                    continuity: super::watch::Continuity::Next,
-                    timestamp_ms: message.timestamp_ms,
-                    dp_rank: message.dp_rank,
-                    events: message.events,
-                };
-                self.apply(&batch, notice);
+                self.apply(&message, notice);
                 self.counters.replayed_messages += 1;
             }
             Err(e) => self.malformed(format!("a replayed message: {e}"), notice),

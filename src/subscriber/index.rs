@@ -6,8 +6,8 @@
 //! [`super::Follower`] keeps one [`Index`] per publisher it follows, and heals it
 //! through snapshots and replays when the stream loses something.
 
-use super::change::{Change, Field};
 use crate::media::{Medium, MediumSet};
+use crate::wire::{Change, Field};
 use rmpv::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -18,8 +18,10 @@ pub const DEFAULT_TENANT: &[u8] = b"default";
 
 /// The objects of one tenant: key → media. Hashed, not ordered: a follower applies millions
 /// of events a second, and keys often share long prefixes, which an ordered map compares
-/// again at every level; [`Index::iter`] sorts.
-pub type Objects = HashMap<Vec<u8>, MediumSet>;
+/// again at every level; [`Index::iter`] sorts. Hashed with foldhash, seeded per process:
+/// several times faster than the standard SipHash on 40-byte keys, and the keys come from
+/// the master the reader chose to follow.
+pub type Objects = HashMap<Vec<u8>, MediumSet, foldhash::fast::RandomState>;
 
 /// Tenant → key → media, keys and tenants as bytes (the wire sends `str` or `bin`; both are
 /// taken as their bytes). An object is present only while its media set is not empty, and a
@@ -52,7 +54,7 @@ impl fmt::Debug for Index {
 }
 
 /// The bytes of `field`, `name` of a `kind` event, or why there are none.
-fn known<'e>(kind: &str, name: &str, field: &'e Field) -> Result<&'e [u8], String> {
+fn known<'e>(kind: &str, name: &str, field: &Field<'e>) -> Result<&'e [u8], String> {
     match field {
         Field::Bytes(b) => Ok(b),
         Field::Other(other) => Err(format!("a {kind} event whose {name} is {other}")),
@@ -120,12 +122,9 @@ impl Index {
     pub fn store(&mut self, tenant: &[u8], key: &[u8], medium: Medium) {
         // Looked up before inserted: the names are copied only for a new tenant or object.
         let tenant = tenant_name(tenant);
-        if !self.tenants.contains_key(tenant) {
-            self.tenants.insert(tenant.to_vec(), Objects::new());
-        }
-        // Present: inserted just above when it was not.
-        let Some(objects) = self.tenants.get_mut(tenant) else {
-            return;
+        let objects = match self.tenants.get_mut(tenant) {
+            Some(objects) => objects,
+            None => self.tenants.entry(tenant.to_vec()).or_default(),
         };
         match objects.get_mut(key) {
             Some(media) => *media = media.with(medium),
@@ -140,7 +139,6 @@ impl Index {
     /// when it is readable nowhere.
     pub fn remove(&mut self, tenant: &[u8], key: &[u8], medium: Medium) {
         let tenant = tenant_name(tenant);
-        // Present: inserted just above when it was not.
         let Some(objects) = self.tenants.get_mut(tenant) else {
             return;
         };
@@ -201,7 +199,7 @@ impl Index {
     }
 
     /// [`Index::apply`] of an event decoded as a [`Change`], its four fields alone.
-    pub fn apply_change(&mut self, event: &Change) -> Result<Applied, String> {
+    pub fn apply_change(&mut self, event: &Change<'_>) -> Result<Applied, String> {
         let kind = event
             .event_type
             .bytes()

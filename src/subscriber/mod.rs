@@ -12,13 +12,12 @@
 //! Messages are decoded by [`crate::wire`].
 
 mod catchup;
-mod change;
 mod follow;
 mod index;
 mod watch;
 
+pub use crate::wire::{Change, Field};
 pub use catchup::{Catchup, Info, ReplayClient};
-pub use change::{Change, Field};
 pub use follow::{Counters, FollowOptions, Follower, Happened, Notice, Source, Status};
 pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
 pub use watch::{

@@ -17,7 +17,7 @@ use crate::transport::monitor::{
     EVENT_HANDSHAKE_SUCCEEDED, PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC,
     PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH,
 };
-use crate::wire::{decode_message, wrong_frames, Malformed, Message};
+use crate::wire::{decode_message, wrong_frames, Checked, Malformed, Message};
 use rmpv::Value;
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -501,12 +501,39 @@ impl Subscriber {
         self.recv_decoded(timeout, |frames| Message::decode(frames))
     }
 
+    /// [`Subscriber::recv`], the message only checked against the wire format: its payload
+    /// stays in libzmq's buffer and its events are decoded when the reader gets to them
+    /// ([`Checked::events`]), into types that may borrow from it. For a reader that holds
+    /// messages before applying them, or applies millions of events a second.
+    pub fn recv_checked(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<(Checked<zmq::Message>, Continuity)>, WatchError> {
+        if !self.wait(timeout)? {
+            return Ok(None);
+        }
+        let message = Checked::new(self.recv_frames()?)?;
+        let continuity = self.follows(message.sequence);
+        Ok(Some((message, continuity)))
+    }
+
     /// Waits for the next message and decodes it with `decode`.
     fn recv_decoded<E>(
         &mut self,
         timeout: Duration,
         decode: impl FnOnce(&[zmq::Message]) -> Result<Message<E>, Malformed>,
     ) -> Result<Option<Batch<E>>, WatchError> {
+        if !self.wait(timeout)? {
+            return Ok(None);
+        }
+        let message = decode(&self.recv_frames()?)?;
+        let continuity = self.follows(message.sequence);
+        Ok(Some(Batch::new(message, continuity)))
+    }
+
+    /// Waits up to `timeout` for a message to arrive, watching the handshakes meanwhile:
+    /// whether one did.
+    fn wait(&mut self, timeout: Duration) -> Result<bool, WatchError> {
         let deadline = Instant::now() + timeout;
         loop {
             self.check_handshakes()?;
@@ -521,22 +548,24 @@ impl Subscriber {
             ];
             zmq::poll(&mut items, millis)?;
             if items[0].is_readable() {
-                break;
+                return Ok(true);
             }
             if !items[1].is_readable() && Instant::now() >= deadline {
-                return Ok(None);
+                return Ok(false);
             }
         }
-        let frames = self.recv_frames()?;
-        let message = decode(&frames)?;
+    }
+
+    /// How `sequence`, just received, follows the one before it.
+    fn follows(&mut self, sequence: u64) -> Continuity {
         let continuity = match self.last_sequence {
             None => Continuity::First {
-                missed: message.sequence.saturating_sub(1),
+                missed: sequence.saturating_sub(1),
             },
-            Some(last) => Continuity::after(last, message.sequence),
+            Some(last) => Continuity::after(last, sequence),
         };
-        self.last_sequence = Some(message.sequence);
-        Ok(Some(Batch::new(message, continuity)))
+        self.last_sequence = Some(sequence);
+        continuity
     }
 
     /// The frames of the next message, which has arrived. Keeps at most 4 (enough to say

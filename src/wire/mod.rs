@@ -3,16 +3,20 @@
 //! typed with `rmp-serde`). docs/spec.md section 5 is the format; the two sides share no code,
 //! so a test that decodes what the encoder wrote checks the encoder against the contract.
 
+mod change;
 mod decode;
+#[cfg(feature = "publisher")]
 pub(crate) mod encode;
 mod replay;
 mod typed;
 mod validate;
 
+pub use change::{Change, Field};
 pub use decode::{decode_message, field, to_json};
+#[cfg(feature = "publisher")]
 pub(crate) use replay::ReplyForm;
 pub use replay::{Replayed, END_OF_REPLAY};
-pub use typed::{Bytes, Event, Message};
+pub use typed::{Bytes, Checked, Event, Message};
 pub use validate::{
     Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS, MAX_EVENT_KEYS, MAX_TOPIC_BYTES,
 };

@@ -12,6 +12,7 @@
 pub const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
 
 /// Which form replies take (`kv_events_replay_topic_frame`).
+#[cfg(feature = "publisher")]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ReplyForm {
     /// `[topic, seq, payload]`, the end `["", -1, ""]`.
@@ -20,6 +21,7 @@ pub(crate) enum ReplyForm {
     Plain,
 }
 
+#[cfg(feature = "publisher")]
 impl ReplyForm {
     /// The frames before the payload of message `sequence`'s reply, after the delimiter.
     pub(crate) fn head<'a>(&'a self, sequence: &'a [u8; 8]) -> Vec<&'a [u8]> {

@@ -7,12 +7,13 @@
 //! [`decode_message`](super::decode_message); then each event is deserialized into the type
 //! asked for, and the first one that does not fit refuses the message, naming it.
 
-use super::validate::{envelope, Malformed};
+use super::change::{Change, Field};
+use super::validate::{envelope, envelope_with, Malformed};
 use crate::{EventKind, Medium};
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use std::fmt;
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 
 /// One message of the stream, decoded: its transport sequence, the batch's timestamp, its
 /// events and the trailer's `dp_rank`.
@@ -54,11 +55,11 @@ impl<E: DeserializeOwned> Message<E> {
     /// Decodes the three frames of one message, each event into `E`.
     ///
     /// The frames and the payload must be the wire format's, exactly as for
-    /// [`decode_message`](super::decode_message): three frames, an empty topic, a sequence of
-    /// 8 bytes, a msgpack array of 3 whose events are 1 to 64 maps within the same bounds.
-    /// Then each event must deserialize into `E`; the first that does not refuses the message
-    /// with [`Malformed`], naming the event, the sequence and serde's reason.
-    /// Nothing panics, whatever the bytes.
+    /// [`decode_message`](super::decode_message): three frames, a topic of at most
+    /// [`MAX_TOPIC_BYTES`](super::MAX_TOPIC_BYTES) bytes, a sequence of 8 bytes, a msgpack
+    /// array of 3 whose events are 0 to 64 maps within the same bounds. Then each event must
+    /// deserialize into `E`; the first that does not refuses the message with [`Malformed`],
+    /// naming the event, the sequence and serde's reason. Nothing panics, whatever the bytes.
     pub fn decode<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<Message<E>, Malformed> {
         let (sequence, payload, shape) = envelope(frames)?;
         let mut events = Vec::with_capacity(shape.events as usize);
@@ -79,6 +80,105 @@ impl<E: DeserializeOwned> Message<E> {
             events,
             dp_rank: shape.dp_rank,
         })
+    }
+}
+
+/// One message whose frames passed the wire format's checks, kept as it arrived (libzmq's
+/// buffer, say) with, for each event, where the four values an index reads lie: a reader
+/// that holds messages before it applies them, or applies millions of events a second,
+/// allocates nothing per event and decodes nothing it does not read.
+pub struct Checked<P> {
+    /// The transport sequence (frame 2).
+    pub sequence: u64,
+    /// The batch timestamp, Unix milliseconds.
+    pub timestamp_ms: u64,
+    /// The trailer's data-parallel rank.
+    pub dp_rank: u64,
+    payload: P,
+    /// Per event, where the values a [`Change`] reads lie in the payload (start, length;
+    /// length 0 when the key is absent).
+    changes: Vec<[(u32, u32); 4]>,
+}
+
+impl<P: Deref<Target = [u8]>> Checked<P> {
+    /// Checks the frames of one message as [`Message::decode`] does, and keeps its payload
+    /// (the last frame).
+    pub fn new(mut frames: Vec<P>) -> Result<Checked<P>, Malformed> {
+        if let Some(payload) = frames.last().filter(|p| u32::try_from(p.len()).is_err()) {
+            return Err(Malformed(format!(
+                "a payload of {} bytes, more than 4 GiB",
+                payload.len()
+            )));
+        }
+        let mut changes: Vec<[(u32, u32); 4]> = Vec::new();
+        let found = |event: u32, key: &[u8], value: Range<usize>| {
+            let Some(slot) = Change::slot_of(key) else {
+                return;
+            };
+            let event = event as usize;
+            if changes.len() <= event {
+                changes.resize(event + 1, [(0, 0); 4]);
+            }
+            // Below 4 GiB, as checked above. A key sent twice counts the first time.
+            if changes[event][slot].1 == 0 {
+                changes[event][slot] = (value.start as u32, value.len() as u32);
+            }
+        };
+        let (sequence, _, shape) = envelope_with(&frames, &mut { found })?;
+        changes.resize(shape.events as usize, [(0, 0); 4]);
+        // Three frames: the envelope checked it.
+        let payload = frames
+            .pop()
+            .ok_or_else(|| Malformed(super::wrong_frames(0)))?;
+        Ok(Checked {
+            sequence,
+            timestamp_ms: shape.timestamp_ms,
+            dp_rank: shape.dp_rank,
+            payload,
+            changes,
+        })
+    }
+
+    /// How many events the message holds (0 for a heartbeat).
+    pub fn len(&self) -> usize {
+        self.changes.len()
+    }
+
+    /// Whether the message holds no event (a heartbeat).
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+
+    /// The payload's size in bytes.
+    pub fn payload_bytes(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// Each event's [`Change`]: the four values an index reads, found while the payload
+    /// was checked, borrowed from it.
+    pub fn changes(&self) -> impl ExactSizeIterator<Item = Change<'_>> + '_ {
+        self.changes.iter().map(|slots| {
+            let mut change = Change::default();
+            for (slot, &(start, len)) in slots.iter().enumerate() {
+                if len > 0 {
+                    let (start, end) = (start as usize, start as usize + len as usize);
+                    *change.slot(slot) = self
+                        .payload
+                        .get(start..end)
+                        .map_or(Field::Absent, Field::from_raw);
+                }
+            }
+            change
+        })
+    }
+}
+
+impl<P> fmt::Debug for Checked<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Checked")
+            .field("sequence", &self.sequence)
+            .field("events", &self.changes.len())
+            .finish_non_exhaustive()
     }
 }
 

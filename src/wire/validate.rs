@@ -5,7 +5,7 @@
 
 use rmp::Marker;
 use std::fmt;
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 
 /// Why a message is not one of the stream's: what was wrong, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +24,15 @@ impl std::error::Error for Malformed {}
 pub(super) fn envelope<F: Deref<Target = [u8]>>(
     frames: &[F],
 ) -> Result<(u64, &[u8], Shape), Malformed> {
+    envelope_with(frames, &mut |_, _, _| {})
+}
+
+/// [`envelope`], telling `field` where each value of each event lies as the check meets it:
+/// the event's index, the key, and the value's place in the payload (its marker included).
+pub(super) fn envelope_with<'f, F: Deref<Target = [u8]>>(
+    frames: &'f [F],
+    field: &mut impl FnMut(u32, &'f [u8], Range<usize>),
+) -> Result<(u64, &'f [u8], Shape), Malformed> {
     let malformed = |why: String| Err(Malformed(why));
     let [topic, sequence, payload] = frames else {
         return malformed(wrong_frames(frames.len()));
@@ -40,7 +49,7 @@ pub(super) fn envelope<F: Deref<Target = [u8]>>(
             sequence.len()
         ));
     };
-    let shape = Payload::check(payload).map_err(Malformed)?;
+    let shape = Payload::check(payload, field).map_err(Malformed)?;
     Ok((u64::from_be_bytes(sequence), payload, shape))
 }
 
@@ -84,7 +93,10 @@ pub(super) struct Shape {
 }
 
 impl<'p> Payload<'p> {
-    fn check(bytes: &'p [u8]) -> Result<Shape, String> {
+    fn check(
+        bytes: &'p [u8],
+        field: &mut impl FnMut(u32, &'p [u8], Range<usize>),
+    ) -> Result<Shape, String> {
         let mut p = Payload { bytes, at: 0 };
         let (at, marker) = p.marker("the payload")?;
         match array_len(&mut p, marker)? {
@@ -119,7 +131,7 @@ impl<'p> Payload<'p> {
         };
         let events_at = p.at;
         for index in 0..events {
-            p.event(index)?;
+            p.event(index, field)?;
         }
         let dp_rank = p.uint("dp_rank")?;
         match bytes.len() - p.at {
@@ -182,7 +194,11 @@ impl<'p> Payload<'p> {
 
     /// One event: a map of at most [`MAX_EVENT_KEYS`] string keys whose values are scalars
     /// or arrays of scalars, [`MAX_EVENT_ARRAY_ITEMS`] items in all.
-    fn event(&mut self, index: u32) -> Result<(), String> {
+    fn event(
+        &mut self,
+        index: u32,
+        field: &mut impl FnMut(u32, &'p [u8], Range<usize>),
+    ) -> Result<(), String> {
         let what = EventAt(index);
         let (at, marker) = self.marker(&what)?;
         let keys = match marker {
@@ -216,6 +232,7 @@ impl<'p> Payload<'p> {
             let key = self.bytes_of(marker, &what)?.unwrap_or_default();
             let what = KeyAt { event: index, key };
             let (at, marker) = self.marker(&what)?;
+            let value = at;
             match array_len(self, marker)? {
                 Some(n) => {
                     items += n;
@@ -232,6 +249,7 @@ impl<'p> Payload<'p> {
                 }
                 None => self.scalar(at, marker, &what)?,
             }
+            field(index, key, value..self.at);
         }
         Ok(())
     }
