@@ -3,15 +3,17 @@
 //! JSON lines on exit.
 
 use crate::args::MirrorArgs;
+use crate::tail::not_reached;
 use crate::view::{connect_form, RCVHWM};
 use mooncake_kv_events::keys;
-use mooncake_kv_events::subscriber::CurveClient;
 use mooncake_kv_events::subscriber::{json_bytes, Index};
+use mooncake_kv_events::subscriber::{CurveClient, Reach, Subscriber, SubscriberOptions};
 use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Source};
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
 use std::time::{Duration, Instant};
 
 /// The longest one wait for the follower lasts: it bounds how late a signal is seen.
@@ -73,6 +75,7 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
         });
     }
     let names: Vec<String> = sources.iter().map(|s| s.endpoint.clone()).collect();
+    let mut probes: Vec<Probe> = sources.iter().map(Probe::open).collect();
     let options = FollowOptions {
         rcvhwm: RCVHWM,
         max_message_bytes: args.max_message_bytes,
@@ -91,15 +94,23 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     let deadline = args.duration.map(|d| started + d);
     let mut next_summary = started + args.every;
     let mut said = vec![0u32; names.len()];
+    let mut dumps = Dumps::default();
     while !STOP.load(Ordering::SeqCst) {
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             break;
         }
+        for (i, probe) in probes.iter_mut().enumerate() {
+            probe.check(&follower, i, &mut err);
+        }
         if now >= next_summary {
-            let _ = write!(err, "{}", summary(&follower, &names, now - started));
+            let _ = write!(
+                err,
+                "{}",
+                summary(&follower, &names, &probes, now - started)
+            );
             if let Some(path) = &args.dump {
-                write_dump(path, &chosen(&follower, args.union).1)?;
+                dumps.offer(path, &follower, args.union)?;
             }
             next_summary = next_due(next_summary, args.every, Instant::now());
         }
@@ -113,7 +124,11 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     }
 
     let elapsed = started.elapsed();
-    let _ = write!(err, "{}", summary(&follower, &names, elapsed));
+    for (i, probe) in probes.iter_mut().enumerate() {
+        probe.check(&follower, i, &mut err);
+    }
+    let _ = write!(err, "{}", summary(&follower, &names, &probes, elapsed));
+    dumps.finish()?;
     let (which, index, in_sync) = chosen(&follower, args.union);
     match &args.dump {
         Some(path) => write_dump(path, &index)?,
@@ -130,6 +145,9 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     let whose = match which {
         Some(i) => format!("the index of {}", names[i]),
         None if args.union => "the union of the publishers' indexes".to_owned(),
+        None if probes.iter().all(|p| p.why.is_some()) => {
+            "an empty index: no publisher could be reached".to_owned()
+        }
         None => "an empty index: no publisher was followed yet".to_owned(),
     };
     let _ = writeln!(
@@ -142,6 +160,67 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
         Ok(())
     } else {
         Err("the index written is not in sync with its publisher".into())
+    }
+}
+
+/// Whether a publisher the follower has no snapshot of yet can be reached, watched as `tail`
+/// watches it: a SUB socket of its own (a receive buffer of one message), whose monitor says
+/// whether connections fail, are made without a ZeroMQ handshake, or are refused. Closed as
+/// soon as the publisher is reached or the follower has a snapshot of it.
+struct Probe {
+    endpoint: String,
+    subscriber: Option<Subscriber>,
+    /// Why the publisher is not reached yet, said once on stderr.
+    why: Option<String>,
+}
+
+impl Probe {
+    fn open(source: &Source) -> Probe {
+        let options = SubscriberOptions {
+            rcvhwm: 1,
+            curve: source.curve.clone(),
+            topic: source.topic.clone(),
+            ..SubscriberOptions::default()
+        };
+        Probe {
+            endpoint: source.endpoint.clone(),
+            // A probe that cannot open leaves the summary as it was.
+            subscriber: Subscriber::open(&source.endpoint, &options).ok(),
+            why: None,
+        }
+    }
+
+    /// Takes the probe's socket events for publisher `i` of `follower`; says on stderr when
+    /// it cannot be reached yet, and when it is reached after that.
+    fn check(&mut self, follower: &Follower, i: usize, err: &mut impl Write) {
+        let Some(subscriber) = &mut self.subscriber else {
+            return;
+        };
+        let why = match subscriber.reach() {
+            _ if follower.status(i).sequence.is_some() => None,
+            // No attempt has failed yet: nothing to say, and nothing known either.
+            Ok(Reach::Unreached { failed_attempts: 0 }) => return,
+            Ok(reach) => not_reached(&self.endpoint, reach).map(str::to_owned),
+            Err(refused) => Some(refused.to_string()),
+        };
+        match (why, &self.why) {
+            (Some(why), None) => {
+                let _ = writeln!(
+                    err,
+                    "kv-events: cannot reach {} yet: {why}; still trying",
+                    self.endpoint
+                );
+                self.why = Some(why);
+            }
+            (Some(_), Some(_)) => {}
+            (None, said) => {
+                if said.is_some() {
+                    let _ = writeln!(err, "kv-events: reached {}", self.endpoint);
+                }
+                self.why = None;
+                self.subscriber = None;
+            }
+        }
     }
 }
 
@@ -172,6 +251,57 @@ fn chosen(follower: &Follower, union: bool) -> (Option<usize>, Index, bool) {
             follower.status(i).in_sync,
         ),
         None => (None, Index::new(), false),
+    }
+}
+
+/// The periodic dumps, written by a thread of their own from a copy of the index, so that
+/// the follower goes on applying while a large index is written (a million objects take
+/// seconds, which the stream would otherwise have to wait for).
+#[derive(Default)]
+struct Dumps {
+    writing: Option<thread::JoinHandle<Result<(), String>>>,
+    /// What the follower had applied when the last dump was taken: no new dump until it
+    /// moves.
+    taken: Option<(Option<usize>, u64, u64, u64)>,
+}
+
+impl Dumps {
+    /// Starts a dump of the index unless the last one is still being written (the next
+    /// summary offers again) or the index has not changed since.
+    fn offer(&mut self, path: &Path, follower: &Follower, union: bool) -> Result<(), String> {
+        if self.writing.as_ref().is_some_and(|w| !w.is_finished()) {
+            return Ok(());
+        }
+        self.finish()?;
+        let counters = follower.counters();
+        let taken = Some((
+            follower.freshest(),
+            counters.messages,
+            counters.snapshots,
+            counters.incarnations,
+        ));
+        if taken == self.taken {
+            return Ok(());
+        }
+        self.taken = taken;
+        let (_, index, _) = chosen(follower, union);
+        let path = path.to_owned();
+        self.writing = Some(
+            thread::Builder::new()
+                .name("kv-events-dump".into())
+                .spawn(move || write_dump(&path, &index))
+                .map_err(|e| format!("cannot start the dump thread: {e}"))?,
+        );
+        Ok(())
+    }
+
+    /// Waits for the dump being written; its error if it failed.
+    fn finish(&mut self) -> Result<(), String> {
+        match self.writing.take().map(thread::JoinHandle::join) {
+            None => Ok(()),
+            Some(Ok(written)) => written,
+            Some(Err(_)) => Err("the dump thread panicked".into()),
+        }
     }
 }
 
@@ -227,12 +357,18 @@ fn tenant_name(tenant: &[u8]) -> String {
 
 /// The summary: per publisher, where its index stands, its objects per tenant and medium,
 /// and its counters.
-fn summary(follower: &Follower, names: &[String], elapsed: Duration) -> String {
+fn summary(follower: &Follower, names: &[String], probes: &[Probe], elapsed: Duration) -> String {
     let mut text = String::new();
     for (i, name) in names.iter().enumerate() {
         let status = follower.status(i);
         let index = follower.index(i);
         let state = match (status.in_sync, status.sequence, &status.failing) {
+            (_, None, _) if probes[i].why.is_some() => {
+                format!(
+                    "not reached ({})",
+                    probes[i].why.as_deref().unwrap_or_default()
+                )
+            }
             (true, Some(sequence), _) => format!(
                 "in sync at sequence {sequence}, incarnation {:016x}",
                 status.incarnation.unwrap_or_default()

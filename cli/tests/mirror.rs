@@ -174,7 +174,13 @@ fn mirror_of_two_candidates_writes_the_live_ones_index_to_stdout_after_its_durat
         err.contains(&format!("kv-events: {pub_endpoint}: snapshot: ")),
         "{err}"
     );
-    assert!(err.contains(&format!("{down}: no snapshot yet")), "{err}");
+    // The one down says why, as `tail` would.
+    let why = "nothing accepted a connection there";
+    assert!(
+        err.contains(&format!("kv-events: cannot reach {down} yet: {why}")),
+        "{err}"
+    );
+    assert!(err.contains(&format!("{down}: not reached ({why}")), "{err}");
 }
 
 #[test]
