@@ -1,7 +1,15 @@
 fn main() {
-    // Generates the C++ half of the bridges into $CARGO_TARGET_DIR/cxxbridge and compiles it
-    // into the static library: ffi.rs's, and the shared structs Config and Stats it names. The
-    // bridge includes cpp/log_sink.h and cpp/object_source.h relative to the crate root.
+    // The publisher feature (the default) compiles the cxx bridge; the subscriber side alone
+    // (`default-features = false, features = ["subscriber"]`) needs no C++ compiler.
+    #[cfg(feature = "publisher")]
+    bridge();
+}
+
+/// Generates the C++ half of the bridges into $CARGO_TARGET_DIR/cxxbridge and compiles it into
+/// the static library: ffi.rs's, and the shared structs Config and Stats it names. The bridge
+/// includes cpp/log_sink.h and cpp/object_source.h relative to the crate root.
+#[cfg(feature = "publisher")]
+fn bridge() {
     let bridges = ["src/ffi.rs", "src/config/mod.rs", "src/stats.rs"];
     cxx_build::bridges(bridges)
         .include(env!("CARGO_MANIFEST_DIR"))

@@ -1,5 +1,6 @@
 //! The events the stream carries: their kinds, and one event as the encoder sees it.
 
+#[cfg(feature = "publisher")]
 use crate::media::Medium;
 
 /// What an event announces. Deserializes from its `event_type` on the wire.
@@ -36,6 +37,7 @@ impl EventKind {
 
 /// One event as the encoder sees it, borrowing its bytes from the queued call.
 /// `key` and `group` are empty on `cleared`, `medium` is `None` on `cleared` only.
+#[cfg(feature = "publisher")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Event<'a> {
     pub(crate) kind: EventKind,

@@ -18,6 +18,10 @@
 //!   log, creation errors; and `ffi`, the `cxx` bridge through which the C API of
 //!   `include/mooncake/kv_events_c.h` (the only exports of `libmooncake_kv_events.so`)
 //!   reaches the publisher.
+//!
+//! Features: `publisher` (the default) is all of the above; `subscriber` alone (with
+//! `default-features = false`) is [`subscriber`], [`wire`]'s decoders, [`keys`] and the
+//! vocabulary they use, built without a C++ compiler (no `cxx`, no bridge, no libstdc++).
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -28,25 +32,46 @@
 #[cfg(feature = "bench")]
 #[doc(hidden)]
 pub mod bench;
+#[cfg(feature = "publisher")]
 mod config;
+#[cfg(feature = "publisher")]
 mod error;
 mod event;
+#[cfg(feature = "publisher")]
 mod ffi;
 pub mod keys;
+#[cfg(feature = "publisher")]
 mod log;
 mod media;
+#[cfg(feature = "publisher")]
 mod publisher;
+#[cfg(feature = "publisher")]
 mod recovery;
+#[cfg(feature = "publisher")]
 mod stats;
+#[cfg(feature = "subscriber")]
 pub mod subscriber;
+#[cfg(feature = "publisher")]
 mod transport;
+/// The subscriber side needs only libzmq's monitor events of the publisher's transport.
+#[cfg(all(feature = "subscriber", not(feature = "publisher")))]
+mod transport {
+    #[allow(dead_code)] // libzmq's table, of which a subscriber reads a few entries
+    pub(crate) mod monitor;
+}
 pub mod wire;
 
+#[cfg(feature = "publisher")]
 pub use config::{Config, Settings};
+#[cfg(feature = "publisher")]
 pub use error::CreateError;
 pub use event::EventKind;
+#[cfg(feature = "publisher")]
 pub use log::{remove_log_sink, set_log_sink, Level};
 pub use media::{Medium, MediumSet, ReplicaKind};
+#[cfg(feature = "publisher")]
 pub use publisher::{Publisher, RemoveAllScan};
+#[cfg(feature = "publisher")]
 pub use recovery::{Abandoned, ObjectSource, Objects};
+#[cfg(feature = "publisher")]
 pub use stats::{BuildInfo, Stats};

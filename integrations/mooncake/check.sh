@@ -146,8 +146,7 @@ fi
 
 kv_events="$check_dir/cargo/release/kv-events"
 build_cli() {
-  # From the crate's directory, so that its .cargo/config.toml links the system libzmq (built
-  # with CURVE) rather than the copy zmq-sys would compile without it.
+  # zmq-sys links the system libzmq (built with CURVE, found with pkg-config) wherever cargo runs.
   (cd "$kit_root" && CARGO_TARGET_DIR="$check_dir/cargo" cargo build --release --locked --quiet \
     --bin kv-events)
 }

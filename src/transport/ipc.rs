@@ -41,10 +41,8 @@ pub(super) fn bind(socket: &zmq::Socket, path: &Path, mode: u32) -> Result<(), S
             .map_err(|e| format!("cannot move the socket file into place: {e}"))
     })();
     let _ = std::fs::remove_file(&staged);
+    // A socket that failed here may still be bound at the staged name: its caller closes it,
+    // which unbinds it, since a failed bind fails the publisher's start.
     let _ = std::fs::remove_dir(&private);
-    if result.is_err() {
-        // The socket may be bound at the staged name: unbinding it is best effort.
-        let _ = socket.unbind(&format!("ipc://{}", staged.display()));
-    }
     result
 }
