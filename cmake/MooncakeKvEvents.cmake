@@ -24,6 +24,10 @@
 #                  hidden visibility, a version script, and --exclude-libs,ALL for the archive.
 #                  Cargo's dep-info file decides when the archive is rebuilt. Needs cargo.
 #
+# Configuring says which variant is linked and how to switch (a STATUS line, every route).
+# CMake 3.16 or later, as Mooncake: the Ninja and Makefile generators rebuild the archive from
+# cargo's dep-info file (Makefiles from 3.20 on; before, cargo runs on every build and decides).
+#
 # Configuring and building never write into this directory: cargo's target directory is in
 # the build tree, and Cargo.lock is only read (--locked).
 #
@@ -44,8 +48,11 @@ include_guard(GLOBAL)
 option(ENABLE_KV_EVENTS
        "Publish KV events (Rust publisher on ZeroMQ); OFF builds a stub whose calls do nothing"
        OFF)
-# Top level: the checkout configured as its own project (CMakeLists.txt), not a master's.
-if(DEFINED MooncakeKvEvents_IS_TOP_LEVEL AND MooncakeKvEvents_IS_TOP_LEVEL)
+# Top level: the checkout configured as its own project (CMakeLists.txt), not a master's
+# (<project>_IS_TOP_LEVEL is CMake 3.21's; before it, the source tree's root says the same).
+if(DEFINED MooncakeKvEvents_IS_TOP_LEVEL)
+  set(_kv_events_top_level ${MooncakeKvEvents_IS_TOP_LEVEL})
+elseif("${CMAKE_SOURCE_DIR}/cmake" STREQUAL CMAKE_CURRENT_LIST_DIR)
   set(_kv_events_top_level ON)
 else()
   set(_kv_events_top_level OFF)
@@ -53,14 +60,26 @@ endif()
 option(KV_EVENTS_INSTALL
        "Install the KV event publisher's headers, CMake package and pkg-config file"
        ${_kv_events_top_level})
+# Off for a system prefix (/usr), whose lib directory the loader searches anyway.
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(_kv_events_pc_rpath OFF)
+else()
+  set(_kv_events_pc_rpath ON)
+endif()
+option(KV_EVENTS_PC_RPATH
+       "Put -Wl,-rpath,<libdir> in the Libs of mooncake-kv-events.pc (ON build)"
+       ${_kv_events_pc_rpath})
 set(KV_EVENTS_CARGO_TARGET_DIR "${CMAKE_BINARY_DIR}/mooncake-kv-events/cargo" CACHE PATH
     "cargo's target directory for the ON build; give the crate's target/ to share it with cargo test")
 
 include(GNUInstallDirs)
 include("${CMAKE_CURRENT_LIST_DIR}/MooncakeKvEventsVersion.cmake")
 # The cargo build's DEPFILE names absolute paths: let CMake rewrite them as the generator wants,
-# whatever policy version the including master asked for.
-cmake_policy(SET CMP0116 NEW)
+# whatever policy version the including master asked for (CMake 3.20 and later; Ninja takes
+# them as they are before).
+if(POLICY CMP0116)
+  cmake_policy(SET CMP0116 NEW)
+endif()
 
 # The crate's root, fixed when the module is included (functions see the caller's list dir).
 get_filename_component(_KV_EVENTS_ROOT "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
@@ -118,13 +137,14 @@ function(_kv_events_add_cargo_build)
   file(MAKE_DIRECTORY "${include_dir}")
 
   # What cargo reads besides the crate's sources, which its dep-info file lists.
-  set(inputs Cargo.toml Cargo.lock build.rs .cargo/config.toml)
+  set(inputs Cargo.toml Cargo.lock build.rs vendor/zmq-sys/build.rs)
   list(TRANSFORM inputs PREPEND "${root}/")
   # Cargo's dep-info file of the library: every source file and build-script input it read.
   # Ninja and Makefile generators take it as the DEPFILE; others run cargo on every build, and
   # cargo decides.
   set(depfile "${target_dir}/release/libmooncake_kv_events.d")
-  if(CMAKE_GENERATOR MATCHES "Ninja|Makefiles")
+  if(CMAKE_GENERATOR MATCHES "Ninja"
+     OR (CMAKE_GENERATOR MATCHES "Makefiles" AND NOT CMAKE_VERSION VERSION_LESS 3.20))
     set(dependencies DEPFILE "${depfile}")
   else()
     set(always_stale "${target_dir}/always-stale")
@@ -232,8 +252,23 @@ function(_kv_events_install target)
                 "${generated}/MooncakeKvEventsConfigVersion.cmake"
           DESTINATION "${package_dir}")
 
-  # The .pc file finds the prefix from its own place, so that any --prefix works.
+  # The .pc file finds the prefix from its own place, so that any --prefix works. The shared
+  # library links libzmq (Requires.private, for static links and for pkg-config's checks); a
+  # program linked with `pkg-config --libs` finds it at run time through an RUNPATH entry
+  # (`rpath`, in Libs with KV_EVENTS_PC_RPATH), as the loader does not look in a prefix of
+  # one's own.
   file(RELATIVE_PATH _KV_EVENTS_PC_PREFIX "/prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/prefix")
+  if(ENABLE_KV_EVENTS)
+    set(_KV_EVENTS_PC_REQUIRES_PRIVATE "Requires.private: libzmq")
+    set(_KV_EVENTS_PC_RPATH_FLAG "")
+    if(KV_EVENTS_PC_RPATH)
+      set(_KV_EVENTS_PC_RPATH_FLAG " \${rpath}")
+    endif()
+  else()
+    # The stub archive needs nothing, and there is no shared library to find at run time.
+    set(_KV_EVENTS_PC_REQUIRES_PRIVATE "")
+    set(_KV_EVENTS_PC_RPATH_FLAG "")
+  endif()
   configure_file("${_KV_EVENTS_ROOT}/cmake/mooncake-kv-events.pc.in"
                  "${generated}/mooncake-kv-events.pc" @ONLY)
   install(FILES "${generated}/mooncake-kv-events.pc"
@@ -256,7 +291,15 @@ endfunction()
 
 if(ENABLE_KV_EVENTS)
   _kv_events_add_shared(mooncake_kv_events)
+  message(STATUS "mooncake-kv-events ${MOONCAKE_KV_EVENTS_VERSION}: ENABLE_KV_EVENTS=ON: "
+                 "mooncake::kv_events is the Rust publisher, libmooncake_kv_events.so "
+                 "(cargo ${KV_EVENTS_CARGO}, libzmq ${KV_EVENTS_LIBZMQ_VERSION}); "
+                 "-DENABLE_KV_EVENTS=OFF links the stub whose calls do nothing")
 else()
   _kv_events_add_stub(mooncake_kv_events)
+  message(STATUS "mooncake-kv-events ${MOONCAKE_KV_EVENTS_VERSION}: ENABLE_KV_EVENTS=OFF: "
+                 "mooncake::kv_events is the stub, whose calls do nothing (no events are "
+                 "published); configure with -DENABLE_KV_EVENTS=ON for the Rust publisher "
+                 "(needs cargo and libzmq)")
 endif()
 _kv_events_install(mooncake_kv_events)
