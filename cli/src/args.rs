@@ -35,6 +35,7 @@ macro_rules! tail_examples {
   kv-events tail tcp://master-0:5557 --key-prefix llama/ --count 100 | jq -c .object_key
   kv-events tail tcp://master-0:5557 --stats                     # rates, gaps, sequence
   kv-events tail tcp://master-0:5557 --stats --tenant default --type stored
+  kv-events tail tcp://master-0:5557 --stats --json | jq -c '[.time_s, .events_per_s, .gaps]'
   kv-events tail tcp://master-0:5557 --curve-server-key master-0.pub --curve-secret-key indexer-a.key
 "
     };
@@ -144,6 +145,21 @@ pub(crate) enum Command {
     /// a tenant or key that is not UTF-8 is written {"hex": "..."}.
     #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", mirror_examples!()))]
     Mirror(MirrorArgs),
+    /// Relay publishers into NATS JetStream: a stream for the log, a bucket for the state
+    ///
+    /// Runs the kv-events-relay binary beside this one with the same arguments (built by
+    /// `cargo build --release -p kv-events-relay`): `kv-events relay --help` is its help,
+    /// and docs/relay.md says the rest.
+    #[command(verbatim_doc_comment, disable_help_flag = true)]
+    Relay {
+        /// PUB_ENDPOINT... --replay-endpoint EP... --nats URL [--stream NAME] [--bucket NAME]
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<OsString>,
+    },
     /// Write a CURVE key pair: NAME.key (secret, mode 0600) and NAME.pub
     ///
     /// NAME.key holds the secret and the public key: give it to the one process it is for
@@ -201,6 +217,13 @@ pub(crate) struct TailArgs {
     /// connected now, and connected and disconnected in that second.
     #[arg(long, verbatim_doc_comment)]
     pub(crate) stats: bool,
+    /// With --stats: each line a JSON object, for programs (no header)
+    ///
+    /// {"time_s", "events_per_s", "stored_per_s", "removed_per_s", "cleared_per_s",
+    /// "gaps", "missed", "last_sequence"}, and with --replay-endpoint "subscribers",
+    /// "connects" and "disconnects"; null where the text line has "-".
+    #[arg(long, requires = "stats", verbatim_doc_comment)]
+    pub(crate) json: bool,
     /// The publisher's public key file (its NAME.pub): read a CURVE stream
     #[arg(long, value_name = "FILE", requires = "curve_secret_key",
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
@@ -716,6 +739,7 @@ mod tests {
             ("tail a --type stored,", "a value is required"),
             ("tail a --type Stored", "[possible values: stored,"),
             ("tail a --stats=yes", "unexpected value 'yes'"),
+            ("tail a --json", "--stats"),
             ("demo --dump-index=", "a value is required"),
             ("demo --objects 0", "must be at least 1"),
             ("demo --show some", "wants a whole number or all"),

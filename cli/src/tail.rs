@@ -73,7 +73,9 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
     let filter = args.filter();
     let passes_all = filter.passes_all();
     let mut view = View::filtered(show, filter);
-    let mut stats = args.stats.then(|| StatsLines::new(Instant::now()));
+    let mut stats = args
+        .stats
+        .then(|| StatsLines::new(Instant::now(), args.json));
     let mut reading = || -> Result<Stop, Failure> {
         let stop = watch(
             args,
@@ -145,7 +147,7 @@ fn watch(
     out: &mut impl Write,
     err: &mut impl Write,
 ) -> Result<Stop, Failure> {
-    if stats.is_some() {
+    if stats.as_ref().is_some_and(|stats| !stats.json) {
         let mut header = StatsLines::HEADER.to_owned();
         if catchup.is_some() {
             header += &readers_columns(["subscribers", "connects", "disconnects"]);
@@ -281,7 +283,7 @@ fn watch(
 }
 
 /// Why connection attempts to `endpoint` fail: libzmq only says that they do.
-fn unreached(endpoint: &str) -> &'static str {
+pub(crate) fn unreached(endpoint: &str) -> &'static str {
     // tcp://[source-interface;]host:port; libzmq resolves the host at each attempt.
     let host_port = endpoint
         .strip_prefix("tcp://")
@@ -305,18 +307,32 @@ fn never_reached(endpoint: &str, reach: Reach, idle: Duration) -> String {
             unreached(endpoint),
             if failed_attempts == 1 { "" } else { "s" }
         ),
-        Reach::Unreached { .. } => "the connection attempt got no answer (a host that does not \
-                                    answer, or a firewall that drops it)"
-            .to_owned(),
-        Reach::NoHandshake | Reach::Reached => "a connection was made, but no ZeroMQ handshake \
-                                                completed on it (is a ZeroMQ publisher \
-                                                listening there?)"
+        reach => not_reached(endpoint, reach)
+            .unwrap_or(NO_HANDSHAKE)
             .to_owned(),
     };
     format!(
         "never reached {endpoint} within --idle-timeout ({}s): {why}",
         idle.as_secs_f64()
     )
+}
+
+const NO_HANDSHAKE: &str =
+    "a connection was made, but no ZeroMQ handshake completed on it (is a ZeroMQ publisher \
+     listening there?)";
+
+/// Why a subscriber that got as far as `reach` towards its publisher at `endpoint` has not
+/// reached it, for `tail` and `mirror`; `None` once it has.
+pub(crate) fn not_reached(endpoint: &str, reach: Reach) -> Option<&'static str> {
+    match reach {
+        Reach::Unreached { failed_attempts } if failed_attempts > 0 => Some(unreached(endpoint)),
+        Reach::Unreached { .. } => Some(
+            "the connection attempt got no answer (a host that does not answer, or a firewall \
+             that drops it)",
+        ),
+        Reach::NoHandshake => Some(NO_HANDSHAKE),
+        Reach::Reached => None,
+    }
 }
 
 /// `--stats`: one line per interval, from the difference between two [`Tally`]s.
@@ -330,6 +346,8 @@ struct StatsLines {
     next_at: Instant,
     /// The publisher's last `info`, with `--replay-endpoint`.
     readers: Option<Info>,
+    /// `--json`: each line a JSON object, no header.
+    json: bool,
 }
 
 impl StatsLines {
@@ -337,13 +355,14 @@ impl StatsLines {
     const HEADER: &'static str =
         "   time   events/s   stored/s  removed/s  cleared/s   gaps   missed  last_sequence";
 
-    fn new(now: Instant) -> StatsLines {
+    fn new(now: Instant, json: bool) -> StatsLines {
         StatsLines {
             started: now,
             since: now,
             before: Tally::default(),
             next_at: now + STATS_EVERY,
             readers: None,
+            json,
         }
     }
 
@@ -354,7 +373,7 @@ impl StatsLines {
         // A late tick (a long write, a slow machine) starts the next interval now rather
         // than printing a burst of lines to catch up.
         self.next_at = (self.next_at + STATS_EVERY).max(now + STATS_EVERY / 2);
-        let line = stats_line(
+        let row = stats_row(
             now.saturating_duration_since(self.started),
             now.saturating_duration_since(self.since),
             &self.before,
@@ -363,34 +382,63 @@ impl StatsLines {
         );
         self.since = now;
         self.before = view.tally.clone();
-        let Some(catchup) = catchup.filter(|_| line.is_some()) else {
-            return line;
+        let row = row?;
+        let Some(catchup) = catchup else {
+            return Some(if self.json {
+                row.json(None).to_string()
+            } else {
+                row.text()
+            });
         };
-        let readers = catchup.info().ok();
-        let columns = readers_line(self.readers.as_ref(), readers.as_ref());
-        if readers.is_some() {
-            self.readers = readers;
+        let info = catchup.info().ok();
+        let readers = readers(self.readers.as_ref(), info.as_ref());
+        if info.is_some() {
+            self.readers = info;
         }
-        line.map(|line| line + &columns)
+        Some(if self.json {
+            row.json(Some(readers)).to_string()
+        } else {
+            row.text() + &readers_text(readers)
+        })
     }
 }
 
-/// The readers' columns after a `--stats` line: the subscribers connected to the publisher
-/// now, and those that connected and disconnected since `before` (since the publisher started,
-/// on the first line); `-` when the publisher did not answer.
+/// The publisher's readers for a `--stats` line: the subscribers connected to it now, and
+/// those that connected and disconnected since `before` (since the publisher started, on the
+/// first line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Readers {
+    subscribers: u64,
+    connects: u64,
+    disconnects: u64,
+}
+
+/// The readers `after` says, since `before`; `None` when the publisher did not answer.
+fn readers(before: Option<&Info>, after: Option<&Info>) -> Option<Readers> {
+    let after = after?;
+    let since = |count: fn(&Info) -> u64| count(after).saturating_sub(before.map_or(0, count));
+    Some(Readers {
+        subscribers: after.subscribers,
+        connects: since(|i| i.subscriber_connects),
+        disconnects: since(|i| i.subscriber_disconnects),
+    })
+}
+
+/// The readers' columns after a `--stats` line; `-` when the publisher did not answer.
+fn readers_text(readers: Option<Readers>) -> String {
+    match readers {
+        None => readers_columns(["-", "-", "-"]),
+        Some(r) => readers_columns([
+            r.subscribers.to_string().as_str(),
+            &r.connects.to_string(),
+            &r.disconnects.to_string(),
+        ]),
+    }
+}
+
+#[cfg(test)]
 fn readers_line(before: Option<&Info>, after: Option<&Info>) -> String {
-    let Some(after) = after else {
-        return readers_columns(["-", "-", "-"]);
-    };
-    let since = |count: fn(&Info) -> u64| {
-        let base = before.map_or(0, count);
-        count(after).saturating_sub(base).to_string()
-    };
-    readers_columns([
-        after.subscribers.to_string().as_str(),
-        &since(|i| i.subscriber_connects),
-        &since(|i| i.subscriber_disconnects),
-    ])
+    readers_text(readers(before, after))
 }
 
 /// Three readers' columns, each ending where its title does.
@@ -398,10 +446,91 @@ fn readers_columns([now, connects, disconnects]: [&str; 3]) -> String {
     format!(" {now:>12} {connects:>9} {disconnects:>12}")
 }
 
-/// One `--stats` line: `elapsed` since the start, then the rates over the `interval` in
-/// which the tally went from `before` to `after`, the discontinuities and sequence numbers
-/// missed in it, and the last sequence seen (`-` before the first). `None` when the
-/// interval is under 1 ms.
+/// What one `--stats` line says: `elapsed` since the start, the rates (per second) over the
+/// interval, the discontinuities and sequence numbers missed in it, the last sequence seen.
+#[derive(Clone, Debug, PartialEq)]
+struct StatsRow {
+    elapsed: Duration,
+    events: f64,
+    stored: f64,
+    removed: f64,
+    cleared: f64,
+    gaps: u64,
+    missed: u64,
+    last_sequence: Option<u64>,
+}
+
+impl StatsRow {
+    /// The line under [`StatsLines::HEADER`]; `-` for no sequence yet.
+    fn text(&self) -> String {
+        let last = self
+            .last_sequence
+            .map_or_else(|| "-".to_owned(), |s| s.to_string());
+        format!(
+            "{:>6.1}s {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>6} {:>8} {:>14}",
+            self.elapsed.as_secs_f64(),
+            self.events,
+            self.stored,
+            self.removed,
+            self.cleared,
+            self.gaps,
+            self.missed,
+            last
+        )
+    }
+
+    /// `--json`: the same numbers as an object (rates to a tenth, time to a millisecond,
+    /// `null` for no sequence yet); with `--replay-endpoint`, `readers` adds the publisher's
+    /// subscribers, `null` when it did not answer.
+    fn json(&self, readers: Option<Option<Readers>>) -> serde_json::Value {
+        let tenth = |rate: f64| (rate * 10.0).round() / 10.0;
+        let mut row = serde_json::json!({
+            "time_s": (self.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
+            "events_per_s": tenth(self.events),
+            "stored_per_s": tenth(self.stored),
+            "removed_per_s": tenth(self.removed),
+            "cleared_per_s": tenth(self.cleared),
+            "gaps": self.gaps,
+            "missed": self.missed,
+            "last_sequence": self.last_sequence,
+        });
+        if let Some(readers) = readers {
+            row["subscribers"] = readers.map(|r| r.subscribers).into();
+            row["connects"] = readers.map(|r| r.connects).into();
+            row["disconnects"] = readers.map(|r| r.disconnects).into();
+        }
+        row
+    }
+}
+
+/// The row for the `interval` in which the tally went from `before` to `after`. `None` when
+/// the interval is under 1 ms.
+fn stats_row(
+    elapsed: Duration,
+    interval: Duration,
+    before: &Tally,
+    after: &Tally,
+    last_sequence: Option<u64>,
+) -> Option<StatsRow> {
+    let secs = interval.as_secs_f64();
+    if secs < 1e-3 {
+        return None;
+    }
+    let rate = |field: fn(&Tally) -> u64| (field(after) - field(before)) as f64 / secs;
+    Some(StatsRow {
+        elapsed,
+        events: rate(|t| t.events),
+        stored: rate(|t| t.stored),
+        removed: rate(|t| t.removed),
+        cleared: rate(|t| t.cleared),
+        gaps: discontinuities(after) - discontinuities(before),
+        missed: missed(after) - missed(before),
+        last_sequence,
+    })
+}
+
+/// One `--stats` line as text (`-` for no sequence yet).
+#[cfg(test)]
 fn stats_line(
     elapsed: Duration,
     interval: Duration,
@@ -409,23 +538,7 @@ fn stats_line(
     after: &Tally,
     last_sequence: Option<u64>,
 ) -> Option<String> {
-    let secs = interval.as_secs_f64();
-    if secs < 1e-3 {
-        return None;
-    }
-    let rate = |field: fn(&Tally) -> u64| (field(after) - field(before)) as f64 / secs;
-    let last = last_sequence.map_or_else(|| "-".to_owned(), |s| s.to_string());
-    Some(format!(
-        "{:>6.1}s {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>6} {:>8} {:>14}",
-        elapsed.as_secs_f64(),
-        rate(|t| t.events),
-        rate(|t| t.stored),
-        rate(|t| t.removed),
-        rate(|t| t.cleared),
-        discontinuities(after) - discontinuities(before),
-        missed(after) - missed(before),
-        last
-    ))
+    stats_row(elapsed, interval, before, after, last_sequence).map(|row| row.text())
 }
 
 /// Times the sequence did not simply follow: gaps, restarts, and a first message after 1.
@@ -555,6 +668,60 @@ mod tests {
         let header = readers_columns(["subscribers", "connects", "disconnects"]);
         let line = readers_line(Some(&before), Some(&after));
         assert_eq!(header.len(), line.len(), "\n{header}\n{line}");
+    }
+
+    #[test]
+    fn a_json_stats_line_has_the_same_numbers_with_null_for_what_is_not_known() {
+        let after = Tally {
+            events: 301,
+            stored: 200,
+            removed: 100,
+            cleared: 1,
+            gaps: 1,
+            missed: 4,
+            ..Tally::default()
+        };
+        let row = stats_row(
+            Duration::from_millis(2500),
+            Duration::from_secs(2),
+            &Tally::default(),
+            &after,
+            Some(77),
+        )
+        .unwrap();
+        assert_eq!(
+            row.json(None),
+            serde_json::json!({
+                "time_s": 2.5, "events_per_s": 150.5, "stored_per_s": 100.0,
+                "removed_per_s": 50.0, "cleared_per_s": 0.5, "gaps": 1, "missed": 4,
+                "last_sequence": 77
+            })
+        );
+        let readers = Some(Readers {
+            subscribers: 2,
+            connects: 3,
+            disconnects: 1,
+        });
+        let with = row.json(Some(readers));
+        assert_eq!(
+            (
+                &with["subscribers"],
+                &with["connects"],
+                &with["disconnects"]
+            ),
+            (&2.into(), &3.into(), &1.into())
+        );
+        let unanswered = row.json(Some(None));
+        assert!(unanswered["subscribers"].is_null() && unanswered["connects"].is_null());
+        let first = stats_row(
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+            &Tally::default(),
+            &Tally::default(),
+            None,
+        )
+        .unwrap();
+        assert!(first.json(None)["last_sequence"].is_null());
     }
 
     #[test]

@@ -482,6 +482,68 @@ fn tail_stats_prints_rate_lines_instead_of_events() {
 }
 
 #[test]
+fn tail_stats_json_prints_an_object_per_line_for_programs() {
+    let endpoint = Endpoint::new();
+    let publisher = publisher(&endpoint);
+    let tail = Tail::start(
+        &endpoint,
+        &[
+            "--stats",
+            "--json",
+            "--type",
+            "stored",
+            "--idle-timeout",
+            "2",
+        ],
+    );
+    publisher.on_put_commit("", "key-1", "", BOTH);
+    publisher.on_medium_delta("", "key-1", "", BOTH, CPU);
+    publisher.on_put_commit("tenant-a", "key-2", "", CPU);
+    assert!(publisher.flush(Duration::from_secs(10)), "flush");
+    let last_sequence = publisher.stats().last_sequence;
+
+    let (output, stderr) = tail.finish();
+    let stdout = text(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    // No header: every line is one JSON object with the text line's columns.
+    let rows: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}\n{stdout}")))
+        .collect();
+    assert!(rows.len() >= 2, "{stdout}");
+    let keys = [
+        "cleared_per_s",
+        "events_per_s",
+        "gaps",
+        "last_sequence",
+        "missed",
+        "removed_per_s",
+        "stored_per_s",
+        "time_s",
+    ];
+    for row in &rows {
+        let mut names: Vec<&str> = row
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(names, keys, "{stdout}");
+        assert_eq!(
+            (row["gaps"].as_u64(), row["missed"].as_u64()),
+            (Some(0), Some(0))
+        );
+        assert_eq!(row["removed_per_s"].as_f64(), Some(0.0), "{stdout}");
+    }
+    assert_eq!(
+        rows.last().unwrap()["last_sequence"],
+        last_sequence,
+        "{stdout}"
+    );
+}
+
+#[test]
 fn tail_stats_with_the_replay_socket_shows_the_publishers_subscribers() {
     let (endpoint, replay) = (Endpoint::new(), Endpoint::new());
     let publisher = Publisher::create(&Config {

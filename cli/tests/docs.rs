@@ -1,8 +1,8 @@
 //! README.md and docs/ agree with what a user runs: every relative link resolves, every page
 //! is linked from the README and says who it is for, the options `kv-events` lists are the
 //! ones docs/cli.md documents, and the flag table, the gflags of docs/wiring.md and the status
-//! and metric tables of docs/operations.md match the code (tests/c_api.rs checks the headers'
-//! lists of fields).
+//! and metric tables of docs/operations.md match the code, and so does every count of the C
+//! API's functions (tests/c_api.rs checks the headers' lists of fields).
 //! Each side is read from its source (help output, `Config::default()`, `metrics_text()`),
 //! so a new page, option, flag or metric is checked without a change here.
 
@@ -367,4 +367,56 @@ fn the_operations_page_lists_every_status_field_and_metric() {
         documented, metrics,
         "the metric table of docs/operations.md"
     );
+}
+
+/// The functions `include/mooncake/kv_events_c.h` declares for export: each line
+/// `MOONCAKE_KV_EVENTS_API <type> kv_events_NAME(...`, each name once.
+fn c_api_functions() -> BTreeSet<String> {
+    let header = page("include/mooncake/kv_events_c.h");
+    let mut names = BTreeSet::new();
+    for line in header.lines() {
+        let Some(declaration) = line.strip_prefix("MOONCAKE_KV_EVENTS_API ") else {
+            continue;
+        };
+        let call = declaration.split('(').next().unwrap_or_default();
+        let name = call.rsplit([' ', '*']).next().unwrap_or_default();
+        assert!(name.starts_with("kv_events_"), "{line}");
+        assert!(names.insert(name.to_owned()), "{name} declared twice");
+    }
+    names
+}
+
+#[test]
+fn the_pages_count_the_c_api_functions_the_header_declares() {
+    let functions = c_api_functions();
+    // Sanity: the calls a master makes, and the ones since.
+    for name in [
+        "kv_events_create",
+        "kv_events_on_put_commit",
+        "kv_events_version",
+    ] {
+        assert!(functions.contains(name), "{name} in {functions:?}");
+    }
+    // "N `kv_events_*` functions", a line break allowed between the words.
+    let mut counts = 0;
+    for (path, text) in pages() {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for (i, pair) in words.windows(3).enumerate() {
+            if pair[1] != "`kv_events_*`" || !pair[2].starts_with("functions") {
+                continue;
+            }
+            let number = pair[0].trim_start_matches('(');
+            assert_eq!(
+                number.parse::<usize>().ok(),
+                Some(functions.len()),
+                "{}: word {i}: \"{}\", while include/mooncake/kv_events_c.h declares {} \
+                 functions",
+                path.display(),
+                pair.join(" "),
+                functions.len()
+            );
+            counts += 1;
+        }
+    }
+    assert!(counts >= 1, "docs/wiring.md counts the C API's functions");
 }
