@@ -3,7 +3,8 @@
 # The Rust toolchain (cargo, rustc) is expected to be there already (rustup).
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libzmq3-dev libgtest-dev valgrind shellcheck
-  python3 python3-zmq python3-msgpack python3-prometheus-client)
+  python3 python3-zmq python3-msgpack python3-prometheus-client python3-venv python3-pip
+  python3-build nats-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,4 +14,11 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+fi
+# kv-events relay's reader example and its test (relay/tests/python_reader.rs) run on Debian's
+# /usr/bin/python3 with nats-py, which Debian does not package: from PyPI, into that interpreter.
+if ! /usr/bin/python3 -c "import nats" 2>/dev/null; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo /usr/bin/python3 -m pip install -q --break-system-packages nats-py
 fi

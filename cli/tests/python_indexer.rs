@@ -9,7 +9,8 @@
 //! it ends with the new life's objects, and SIGTERM stops it with its dump. Refused, it exits
 //! 1 with the reason. Its recovery
 //! step by step, and the whole program against a fake publisher, are tested by
-//! `tests/python/test_indexer.py`.
+//! `tests/python/test_indexer.py`; the `Follower` of the `mooncake_kv_events` package it is
+//! a program over (`python/`), with sockets, by `tests/python/test_follower.py`.
 
 use kv_events_testing as common;
 
@@ -788,6 +789,25 @@ fn python_indexer_recovers_step_by_step_and_against_a_fake_publisher() {
         output.status.success(),
         "{}",
         explain("tests/python/test_indexer.py", &output)
+    );
+    assert!(
+        text(&output.stdout).contains("tests passed"),
+        "{}",
+        text(&output.stdout)
+    );
+}
+
+#[test]
+fn python_package_follower_calls_back_and_counts_with_real_sockets() {
+    let output = python()
+        .arg(repo("tests/python/test_follower.py"))
+        .env_remove("MOONCAKE_KV_EVENTS_INSTALLED")
+        .output()
+        .expect("the Python tests run");
+    assert!(
+        output.status.success(),
+        "{}",
+        explain("tests/python/test_follower.py", &output)
     );
     assert!(
         text(&output.stdout).contains("tests passed"),

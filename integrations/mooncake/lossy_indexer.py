@@ -37,7 +37,8 @@ def main():
     class Context(zmq.Context):
         _socket_class = Socket
 
-    indexer.zmq.Context = Context
+    # The indexer (the mooncake_kv_events package) makes its context with zmq.Context().
+    zmq.Context = Context
     indexer.main(sys.argv[4:])
 
 

@@ -68,6 +68,23 @@ class Fake:
                 self.apply(event)
                 self.sequence += 1
 
+    def lose(self, *events):
+        """A message lost on the way: numbered, held for replay, not sent to subscribers."""
+        with self.lock:
+            for event in events:
+                self.apply(event)
+            self.sequence += 1
+            body = msgpack.packb([int(time.time() * 1000), list(events), 0])
+            self.ring.append((self.sequence, body))
+
+    def restart(self, incarnation, *initial):
+        """Another life of the publisher on the same endpoints: a new incarnation, sequences
+        from 1 again, nothing held for replay, `initial` its state."""
+        with self.lock:
+            self.incarnation, self.sequence, self.ring, self.truth = incarnation, 0, [], {}
+            for event in initial:
+                self.apply(event)
+
     def send_raw(self, frames):
         self.xpub.send_multipart(frames)
 

@@ -1,10 +1,11 @@
-"""Tests of examples/python/indexer.py: its Index, its Follower's recovery step by step (fed
-messages and replies by hand, no sockets), its decoding of anything at all, and the whole
-program against a fake publisher (tests/python/fake_publisher.py). Plain asserts; run by
-cli/tests/python_indexer.rs as `/usr/bin/python3 tests/python/test_indexer.py`, exit status 0
-when every test passes; `... test_indexer.py NAME` runs the tests whose name holds NAME."""
+"""Tests of the indexer, the `mooncake_kv_events` package of python/ (this checkout's) and
+its program examples/python/indexer.py: its Index, the recovery of its FollowerState step by
+step (fed messages and replies by hand, no sockets), its decoding of anything at all, and the
+whole program against a fake publisher (tests/python/fake_publisher.py). Plain asserts; run
+by cli/tests/python_indexer.rs as `/usr/bin/python3 tests/python/test_indexer.py`, exit
+status 0 when every test passes; `... test_indexer.py NAME` runs the tests whose name holds
+NAME. tests/python/test_follower.py tests the package's Follower with sockets."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -19,11 +20,13 @@ import msgpack
 
 HERE = pathlib.Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "examples" / "python" / "indexer.py"
-spec = importlib.util.spec_from_file_location("indexer", EXAMPLE)
-indexer = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(indexer)
+sys.path.insert(0, str(HERE.parents[1] / "python" / "src"))
 sys.path.insert(0, str(HERE))
 import fake_publisher  # noqa: E402
+from mooncake_kv_events.follower import freshest  # noqa: E402
+from mooncake_kv_events.index import Index, merged, write_dump  # noqa: E402
+from mooncake_kv_events.state import ASK_TIMEOUT, CHECK_EVERY, RETRY_FIRST, Ask, FollowerState  # noqa: E402
+from mooncake_kv_events.wire import parse_event, rendered  # noqa: E402
 
 END = (-1).to_bytes(8, "big", signed=True)
 
@@ -95,7 +98,7 @@ class Run:
     def __init__(self, replay=True):
         self.now = 100.0
         self.notes = []
-        self.f = indexer.Follower("pub", replay, self.now, note=self.notes.append)
+        self.f = FollowerState("pub", replay, self.now, note=self.notes.append)
         self.f.start(self.now)
 
     def sent(self):
@@ -134,49 +137,49 @@ def replay_from(sequence):
 # The index.
 
 def test_stored_and_removed_are_idempotent():
-    index = indexer.Index()
+    index = Index()
     for e in [stored("k"), stored("k"), stored("k", "disk"), stored("k", "disk"),
               removed("never-seen")]:
-        index.apply(indexer.parse_event(e))
+        index.apply(parse_event(e))
     assert list(index.entries()) == [("b", b"t", b"k", ["cpu", "disk"])]
     for e in [removed("k"), removed("k")]:
-        index.apply(indexer.parse_event(e))
+        index.apply(parse_event(e))
     assert list(index.entries()) == [("b", b"t", b"k", ["disk"])]
-    index.apply(indexer.parse_event(removed("k", "disk")))
+    index.apply(parse_event(removed("k", "disk")))
     assert list(index.entries()) == [] and len(index) == 0
 
 
 def test_cleared_wipes_only_its_backend_and_tenant():
-    index = indexer.Index()
+    index = Index()
     for e in [stored("k1"), stored("k2", "disk"), stored("k1", tenant="u"),
               stored("k1", backend="c"), cleared()]:
-        index.apply(indexer.parse_event(e))
+        index.apply(parse_event(e))
     assert list(index.entries()) == [("b", b"u", b"k1", ["cpu"]), ("c", b"t", b"k1", ["cpu"])]
 
 
 def test_bin_keys_stay_bytes_and_dump_as_hex():
-    index = indexer.Index()
+    index = Index()
     for e in [stored(b"k\xff"), stored("k", tenant=b"\xfet"), stored(b"k")]:
-        index.apply(indexer.parse_event(e))
+        index.apply(parse_event(e))
     # A str key and a bin key of the same bytes are the same key: the master's bytes.
     assert list(index.entries()) == [("b", b"t", b"k", ["cpu"]), ("b", b"t", b"k\xff", ["cpu"]),
                                      ("b", b"\xfet", b"k", ["cpu"])]
-    assert indexer.rendered(b"caf\xc3\xa9") == "caf\u00e9"
-    assert indexer.rendered(b"k\xff") == {"hex": "6bff"}
+    assert rendered(b"caf\xc3\xa9") == "caf\u00e9"
+    assert rendered(b"k\xff") == {"hex": "6bff"}
 
 
 def test_the_dump_is_sorted_json_lines_of_one_index_or_the_union():
     def follower(name, *events):
-        f = indexer.Follower(name, False, note=lambda _: None)
+        f = FollowerState(name, False, note=lambda _: None)
         f.apply(f.index, list(events))
         return f
     a = follower("a", stored(b"k\xff", "disk"), stored("z"), stored("caf\u00e9", tenant="u"))
     b = follower("b", stored("z", "disk", backend="c"), stored("b"))
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "index.jsonl")
-        assert indexer.write_dump(path, [a.index]) == 3
+        assert write_dump(path, merged([a.index])) == 3
         text = open(path, encoding="utf-8").read()
-        assert indexer.write_dump(path, [a.index, b.index]) == 4
+        assert write_dump(path, merged([a.index, b.index])) == 4
         union = [json.loads(line) for line in open(path, encoding="utf-8")]
     # Byte order of tenant then key; compact, keys sorted, UTF-8 as is: as kv-events mirror.
     assert text == ('{"key":{"hex":"6bff"},"media":["disk"],"tenant":"t"}\n'
@@ -191,19 +194,19 @@ def test_the_dump_is_sorted_json_lines_of_one_index_or_the_union():
 
 
 def test_the_dump_is_of_the_publisher_in_sync_heard_from_last():
-    old, new, behind = (indexer.Follower(n, False, note=lambda _: None) for n in "onb")
+    old, new, behind = (FollowerState(n, False, note=lambda _: None) for n in "onb")
     for f, at in ((old, 5.0), (new, 9.0), (behind, 12.0)):
         f.complete, f.heard_at = True, at
-    behind.state, behind.asked = "asking", indexer.Ask("snapshot", 12.0)   # recovering
-    assert indexer.freshest([old, new, behind]) is new
+    behind.state, behind.asked = "asking", Ask("snapshot", 12.0)   # recovering
+    assert freshest([old, new, behind]) is new
     new.complete = False
-    assert indexer.freshest([old, new, behind]) is old
+    assert freshest([old, new, behind]) is old
     old.complete = False
     behind.state, behind.asked = "live", None
-    assert indexer.freshest([old, new, behind]) is behind
+    assert freshest([old, new, behind]) is behind
     # A check under way is no recovery.
     behind.replay = True
-    behind.tick(behind.checked_at + indexer.CHECK_EVERY)
+    behind.tick(behind.checked_at + CHECK_EVERY)
     assert behind.state == "asking" and behind.in_sync()
 
 
@@ -334,12 +337,12 @@ def test_a_gap_of_numbers_never_sent_is_a_snapshot():
 def test_a_lost_end_of_burst_is_found_when_quiet_and_replayed():
     r = Run()
     r.live_at(10, stored("a"))
-    r.later(indexer.CHECK_EVERY)
+    r.later(CHECK_EVERY)
     assert r.sent() == [INFO]
     r.reply(info(last=12, oldest=1))
     # 11 and 12 may be on their way: nothing is done until the next check.
     assert r.sent() == [] and r.f.state == "live" and r.f.counters["gaps"] == 0
-    r.later(indexer.CHECK_EVERY)
+    r.later(CHECK_EVERY)
     assert r.sent() == [INFO]
     r.reply(info(last=12, oldest=1))
     assert r.sent() == [replay_from(11)]
@@ -354,7 +357,7 @@ def test_a_snapshot_sequence_above_the_last_message_is_no_restart():
     r = Run()
     r.live_at(12, stored("a"))
     for _ in range(3):
-        r.later(indexer.CHECK_EVERY)
+        r.later(CHECK_EVERY)
         assert r.sent() == [INFO]
         r.reply(info(last=10, oldest=1))
         assert r.sent() == [] and r.f.state == "live"
@@ -365,11 +368,11 @@ def test_a_snapshot_sequence_above_the_last_message_is_no_restart():
 def test_a_message_between_two_checks_clears_the_suspicion():
     r = Run()
     r.live_at(10, stored("a"))
-    r.later(indexer.CHECK_EVERY)
+    r.later(CHECK_EVERY)
     r.sent()
     r.reply(info(last=11, oldest=1))
     r.stream(message(11, stored("b")))
-    r.later(indexer.CHECK_EVERY)
+    r.later(CHECK_EVERY)
     r.sent()
     r.reply(info(last=11, oldest=1))
     assert r.sent() == [] and r.f.counters["gaps"] == 0
@@ -391,7 +394,7 @@ def test_a_sequence_going_back_is_a_restart_and_a_snapshot():
 def test_a_new_incarnation_seen_by_a_check_is_a_snapshot():
     r = Run()
     r.live_at(10, stored("a"))
-    r.later(indexer.CHECK_EVERY)
+    r.later(CHECK_EVERY)
     r.sent()
     r.reply(info(incarnation=9, last=30, oldest=1))   # a restart whose stream is above ours
     assert r.sent() == [SNAPSHOT] and r.f.counters["incarnations"] == 1
@@ -417,7 +420,7 @@ def test_a_restart_during_a_snapshot_abandons_it():
 def test_what_was_held_when_info_shows_a_new_life_is_forgotten():
     r = Run()
     r.live_at(5000, stored("a"))
-    r.later(indexer.CHECK_EVERY)
+    r.later(CHECK_EVERY)
     r.sent()
     r.stream(message(5001, stored("old-life")))          # still queued when the old life ended
     r.reply(info(incarnation=8, last=3, oldest=1))
@@ -487,9 +490,9 @@ def test_no_answer_is_asked_again_on_a_fresh_socket():
     r = Run()
     assert r.sent() == [INFO]
     r.stream(message(1, stored("k")))
-    r.later(indexer.ASK_TIMEOUT)
+    r.later(ASK_TIMEOUT)
     assert r.f.state == "waiting" and r.f.reset_dealer and r.f.counters["timeouts"] == 1
-    r.later(indexer.RETRY_FIRST)
+    r.later(RETRY_FIRST)
     assert r.sent() == [INFO]
     r.reply(info(last=1, oldest=1))
     r.sent()
@@ -504,7 +507,7 @@ def test_busy_is_asked_again_later():
     r.sent()
     r.reply([b"", b"error", b"busy: a snapshot is under way"])
     assert r.f.state == "waiting" and r.sent() == []
-    r.later(indexer.RETRY_FIRST)
+    r.later(RETRY_FIRST)
     assert r.sent() == [INFO]
 
 
@@ -520,9 +523,9 @@ def test_a_snapshot_short_of_its_announced_events_is_asked_again():
 def test_a_failed_check_loses_nothing():
     r = Run()
     r.live_at(10, stored("a"))
-    r.later(indexer.CHECK_EVERY)
+    r.later(CHECK_EVERY)
     r.sent()
-    r.later(indexer.ASK_TIMEOUT)
+    r.later(ASK_TIMEOUT)
     assert r.f.state == "live" and r.f.counters["timeouts"] == 1
     r.stream(message(11, stored("b")))
     assert r.f.last == 11
@@ -569,7 +572,7 @@ def test_anything_at_all_never_crashes_the_follower():
             if rng.random() < 0.2:
                 r.later(rng.choice([0.1, 1.0, 6.0]))
             r.sent()
-            r.f.summary(), r.f.stats(), indexer.freshest([r.f])
+            r.f.summary(), r.f.stats(), freshest([r.f])
 
 
 def test_any_order_of_well_formed_messages_and_replies_keeps_the_follower_sound():
@@ -608,7 +611,7 @@ def test_any_order_of_well_formed_messages_and_replies_keeps_the_follower_sound(
             assert all(media for objects in r.f.index.tenants.values()
                        for media in objects.values())
             assert all(r.f.index.tenants.values())
-            r.f.summary(), r.f.stats(), indexer.freshest([r.f])
+            r.f.summary(), r.f.stats(), freshest([r.f])
 
 
 # Without a replay endpoint: what the stream alone allows.

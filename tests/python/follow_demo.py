@@ -1,0 +1,109 @@
+"""A follower of `kv-events demo`, through the `mooncake_kv_events` package as an indexer
+author would use it: it follows PUB_ENDPOINT and REPLAY_ENDPOINT until the demo has written
+its --dump-index EXPECTED and the follower is in sync at that sequence, then checks that its
+objects() are the demo's, and says how fast it applied what it read. Exit status 0 when they
+are equal, 1 when not or when that takes over --timeout seconds.
+
+    python3 tests/python/follow_demo.py PUB_ENDPOINT REPLAY_ENDPOINT EXPECTED [--timeout S]
+        [--pause S]
+
+scripts/python_package.sh runs it from a fresh venv where the wheel is installed; the figures
+of docs/performance.md ("The Python follower") come from it."""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from mooncake_kv_events import Follower
+
+
+def rendered(value):
+    """A tenant or key as the demo's --dump-index writes it: the text, or "hex:..."."""
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex:" + value.hex()
+
+
+def expected_index(path):
+    """(objects, last_sequence) of the demo's --dump-index, once it is written whole."""
+    try:
+        with open(path) as f:
+            expected = json.load(f)
+    except (OSError, ValueError):
+        return None
+    objects = sorted((tenant, key, tuple(media)) for _, tenant, key, media in expected["objects"])
+    return objects, expected["last_sequence"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("pub")
+    p.add_argument("replay")
+    p.add_argument("expected")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--pause", type=float, default=0.0, metavar="SECONDS",
+                   help="once in sync, stop reading this long: what the demo sends meanwhile "
+                        "waits in the socket, and is then applied as fast as it can be")
+    args = p.parse_args()
+    recoveries = []
+    follower = Follower([(args.pub, args.replay)], on_recovery=recoveries.append)
+    started = time.monotonic()
+    first = last = None     # when events were first and last seen applied
+    applied = base = 0
+    expected = None
+    try:
+        while True:
+            now = time.monotonic()
+            if now - started > args.timeout:
+                sys.exit(f"follow_demo: not in sync with the demo after {args.timeout:.0f} s: "
+                         f"{follower.stats()}, recoveries {recoveries}")
+            before = time.monotonic()
+            follower.poll(0.1)
+            if args.pause and follower.in_sync():
+                time.sleep(args.pause)
+                args.pause = 0.0
+                # What came before the pause is not timed.
+                counters = follower.counters()
+                first, base = None, counters["events"] + counters["snapshot_events"]
+                continue
+            counters = follower.counters()
+            events = counters["events"] + counters["snapshot_events"]
+            if events != applied:
+                first = first or before
+                last, applied = time.monotonic(), events
+            if expected is None and os.path.exists(args.expected):
+                expected = expected_index(args.expected)
+            if expected is not None and follower.in_sync() \
+                    and follower.states[0].last >= expected[1]:
+                break
+        objects = sorted((rendered(t), rendered(k), tuple(sorted(m)))
+                         for t, k, m in follower.objects())
+        [stats] = follower.stats()
+    finally:
+        follower.close()
+    kinds = [r.kind for r in recoveries]
+    busy = (last - first) if first is not None and last > first else 0.0
+    snapshot = next((r for r in recoveries if r.kind == "snapshot"), None)
+    joined = next((r.seconds for r in recoveries if r.kind == "in_sync"), None)
+    timed = stats["events"] + stats["snapshot_events"] - base
+    print(f"follow_demo: {len(objects)} objects at sequence {stats['last_sequence']}, "
+          f"{stats['events']} events and {stats['snapshot_events']} snapshot events applied, "
+          f"{timed} of them in {busy:.2f} s ({timed / max(busy, 1e-9):,.0f} events/s);"
+          f" in sync {joined if joined is None else round(joined, 2)} s after the "
+          f"start{'' if snapshot is None else ', by a snapshot'}; recoveries {kinds}; gaps "
+          f"{stats['gaps']}, replays {stats['replays']}, malformed {stats['malformed']}")
+    if objects != expected[0] or stats["last_sequence"] != expected[1]:
+        have, want = set(objects), set(expected[0])
+        missing = sorted(want - have)[:5]
+        extra = sorted(have - want)[:5]
+        sys.exit(f"follow_demo: the index is not the demo's: missing {missing}, extra {extra}, "
+                 f"last sequence {stats['last_sequence']} against {expected[1]}")
+    print(f"follow_demo: the index equals the demo's ({len(objects)} objects)")
+
+
+if __name__ == "__main__":
+    main()
