@@ -1,6 +1,7 @@
 //! `kv-events`: watch the KV event stream of a running publisher (`tail`), try one with a
 //! synthetic master workload and a watcher that checks it saw every event (`demo`), keep a
-//! self-healing copy of the publishers' index (`mirror`), or make the CURVE keys that protect
+//! self-healing copy of the publishers' index (`mirror`), relay it into NATS JetStream
+//! (`relay`, the `kv-events-relay` binary), or make the CURVE keys that protect
 //! a stream (`keygen`).
 //!
 //! Run `kv-events --help` for the usage. Exit status: 0 done, 1 runtime error, 2 usage
@@ -12,6 +13,7 @@ mod demo;
 mod keygen;
 mod master;
 mod mirror;
+mod relay;
 mod tail;
 mod view;
 
@@ -23,6 +25,7 @@ fn main() -> ExitCode {
         Command::Tail(tail) => tail::run(&tail),
         Command::Demo(demo) => demo::run(&demo),
         Command::Mirror(mirror) => mirror::run(&mirror),
+        Command::Relay { args } => relay::run(&args),
         Command::Keygen { name } => keygen::run(&name),
         Command::Completions { shell } => args::print_completions(shell),
     };

@@ -1,0 +1,124 @@
+//! The command line of `kv-events-relay` (also run as `kv-events relay`).
+
+use clap::builder::NonEmptyStringValueParser;
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Relay a Mooncake master's KV events into NATS JetStream
+///
+/// Follows the master (or the candidate masters of an HA deployment) through its replay
+/// socket, exactly (snapshot at start, replay or snapshot on a gap, a new incarnation
+/// noticed), and writes every event into the JetStream stream STREAM (subject
+/// kv-events.<backend_id>, one message id per master message, so that nothing is written
+/// twice), and the current state into the key-value bucket BUCKET (one entry per object
+/// present). A master's restart or a gap only a snapshot fills is written as the
+/// removed and stored events that bring the log to the new truth: a reader of the stream
+/// never sees a reset. A status line goes to stderr every --every seconds; Ctrl-C or
+/// SIGTERM stops it (exit 0 when what it wrote was up to date with the master).
+#[derive(Debug, Parser)]
+#[command(name = "kv-events relay", version, verbatim_doc_comment)]
+#[command(after_help = "Examples:
+  kv-events relay tcp://master-0:5557 --replay-endpoint tcp://master-0:5558 --nats nats://127.0.0.1:4222
+  kv-events relay tcp://m0:5557 tcp://m1:5557 --replay-endpoint tcp://m0:5558 \\
+      --replay-endpoint tcp://m1:5558 --nats nats://nats:4222 --stream KV_EVENTS --bucket kv-events")]
+pub(crate) struct Args {
+    /// A publisher's endpoint; several for the candidate masters of an HA deployment
+    #[arg(required = true, value_name = "PUB_ENDPOINT", value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) endpoints: Vec<String>,
+    /// The replay socket of each PUB_ENDPOINT, in the same order (kv_events_replay_endpoint)
+    #[arg(long = "replay-endpoint", value_name = "EP", required = true,
+          value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) replay_endpoints: Vec<String>,
+    /// Subscribe to this topic (the master's kv_events_topic) or a prefix of it; default all
+    #[arg(long, value_name = "T", default_value = "")]
+    pub(crate) topic: String,
+    /// The NATS server, e.g. nats://127.0.0.1:4222
+    #[arg(long, value_name = "URL", value_parser = NonEmptyStringValueParser::new())]
+    pub(crate) nats: String,
+    /// The JetStream stream of the log (made, with the subjects kv-events.>, if absent)
+    #[arg(long, value_name = "NAME", default_value = "KV_EVENTS")]
+    pub(crate) stream: String,
+    /// The key-value bucket of the current state (made if absent; BUCKET-positions beside it)
+    #[arg(long, value_name = "NAME", default_value = "kv-events")]
+    pub(crate) bucket: String,
+    /// Print the status line every SECS seconds
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
+    pub(crate) every: Duration,
+    /// Stop after SECS seconds
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    pub(crate) duration: Option<Duration>,
+    /// The publishers' public key file (NAME.pub): once for all, or once per PUB_ENDPOINT
+    #[arg(
+        long = "curve-server-key",
+        value_name = "FILE",
+        requires = "curve_secret_key"
+    )]
+    pub(crate) curve_server_keys: Vec<PathBuf>,
+    /// This subscriber's key file (its NAME.key), whose .pub the publishers admit
+    #[arg(long, value_name = "FILE", requires = "curve_server_keys")]
+    pub(crate) curve_secret_key: Option<PathBuf>,
+}
+
+/// A positive number of seconds.
+fn seconds(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!("{text:?} is not a number of seconds above 0")),
+    }
+}
+
+impl Args {
+    /// What the parser cannot check alone: one replay endpoint per endpoint, one server
+    /// key for all or one per endpoint, names NATS takes.
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let (endpoints, replays) = (self.endpoints.len(), self.replay_endpoints.len());
+        if endpoints != replays {
+            return Err(format!(
+                "{endpoints} PUB_ENDPOINT(s) but {replays} --replay-endpoint(s): give each \
+                 PUB_ENDPOINT its replay endpoint"
+            ));
+        }
+        let keys = self.curve_server_keys.len();
+        if keys > 1 && keys != endpoints {
+            return Err(format!(
+                "{keys} --curve-server-key for {endpoints} PUB_ENDPOINTs: give one for all, \
+                 or one per PUB_ENDPOINT"
+            ));
+        }
+        for (what, name) in [("--stream", &self.stream), ("--bucket", &self.bucket)] {
+            let fits = !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            if !fits {
+                return Err(format!(
+                    "{what} {name:?}: a NATS name is letters, digits, - and _"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_endpoint_needs_its_replay_endpoint_and_names_must_fit_nats() {
+        let parse = |line: &str| Args::try_parse_from(line.split_whitespace());
+        let ok = parse("r tcp://a:1 --replay-endpoint tcp://a:2 --nats nats://n:4222").unwrap();
+        assert_eq!(ok.stream, "KV_EVENTS");
+        assert_eq!(ok.bucket, "kv-events");
+        assert!(ok.check().is_ok());
+        let two = parse("r tcp://a:1 tcp://b:1 --replay-endpoint tcp://a:2 --nats n").unwrap();
+        assert!(two.check().unwrap_err().contains("replay endpoint"));
+        let dotted = parse("r e --replay-endpoint f --nats n --bucket a.b").unwrap();
+        assert!(dotted.check().unwrap_err().contains("--bucket"));
+        assert!(
+            parse("r e --replay-endpoint f").is_err(),
+            "--nats is required"
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! `kv-events-relay` (also `kv-events relay`): follows a Mooncake master's KV event stream
+//! and writes it into NATS JetStream, so that a fleet of readers never touches the master.
+//! See docs/relay.md. Exit status: 0 stopped with the log up to date, 1 runtime error,
+//! 2 usage error.
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+mod args;
+mod batch;
+mod bucket;
+mod held;
+mod log;
+mod names;
+mod nats;
+mod raw;
+mod relay;
+mod status;
+
+use clap::Parser;
+use mooncake_kv_events::keys;
+use mooncake_kv_events::subscriber::{
+    CurveClient, FollowOptions, Follower, ReplayClient, Source, SubscriberOptions,
+};
+use raw::Raw;
+use relay::Relay;
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The longest one turn waits on the master: it bounds how late a signal is seen, and how
+/// many of the master's messages one log message gathers under load.
+const TURN: Duration = Duration::from_millis(50);
+/// The SUB sockets' receive high-water mark, as `mirror`'s.
+const RCVHWM: i32 = 1_000_000;
+
+/// Set by SIGINT and SIGTERM.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Ctrl-C and SIGTERM end the loop, after what is pending is written.
+fn catch_signals() {
+    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+fn main() -> ExitCode {
+    let args = args::Args::parse();
+    if let Err(why) = args.check() {
+        eprintln!("kv-events relay: {why}");
+        return ExitCode::from(2);
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("kv-events relay: {why}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The `tcp://*:port` a master binds, as a subscriber connects to it.
+fn connect_form(endpoint: &str) -> String {
+    ["tcp://*:", "tcp://0.0.0.0:"]
+        .iter()
+        .find_map(|wildcard| endpoint.strip_prefix(wildcard))
+        .map_or_else(
+            || endpoint.to_owned(),
+            |port| format!("tcp://127.0.0.1:{port}"),
+        )
+}
+
+/// The publishers to follow, with their CURVE keys.
+fn sources(args: &args::Args) -> Result<Vec<Source>, String> {
+    let own_keys = match &args.curve_secret_key {
+        Some(path) => {
+            keys::curve_available()?;
+            Some(keys::read_key_pair(path)?)
+        }
+        None => None,
+    };
+    let mut sources = Vec::with_capacity(args.endpoints.len());
+    for (i, (endpoint, replay)) in args
+        .endpoints
+        .iter()
+        .zip(&args.replay_endpoints)
+        .enumerate()
+    {
+        let curve = match &own_keys {
+            Some(pair) => {
+                let server = &args.curve_server_keys[if args.curve_server_keys.len() == 1 {
+                    0
+                } else {
+                    i
+                }];
+                Some(CurveClient {
+                    server_key: keys::read_public_key(server)?,
+                    keys: pair.clone(),
+                })
+            }
+            None => None,
+        };
+        sources.push(Source {
+            endpoint: connect_form(endpoint),
+            replay_endpoint: connect_form(replay),
+            curve,
+            topic: args.topic.as_bytes().to_vec(),
+        });
+    }
+    Ok(sources)
+}
+
+/// The backend id of the first publisher that answers `info`: the subject and the keys are
+/// named after it. Waits for one (a master not up yet), until a signal.
+fn backend_id(sources: &[Source]) -> Result<String, String> {
+    let mut clients = Vec::with_capacity(sources.len());
+    for source in sources {
+        let client = ReplayClient::connect(&source.replay_endpoint, source.curve.clone())
+            .map_err(|e| format!("cannot connect to {}: {e}", source.replay_endpoint))?;
+        clients.push(client);
+    }
+    let mut said = false;
+    while !STOP.load(Ordering::SeqCst) {
+        for client in &mut clients {
+            if let Ok(info) = client.info(Duration::from_millis(500)) {
+                return Ok(info.backend_id);
+            }
+        }
+        if !said {
+            eprintln!("kv-events relay: waiting for a publisher to answer info");
+            said = true;
+        }
+    }
+    Err("stopped before any publisher answered".into())
+}
+
+/// Runs the relay until `--duration`, Ctrl-C or SIGTERM.
+fn run(args: &args::Args) -> Result<(), String> {
+    catch_signals();
+    let sources = sources(args)?;
+    let names: Vec<String> = sources.iter().map(|s| s.endpoint.clone()).collect();
+    let backend = backend_id(&sources)?;
+    let nats = nats::Nats::connect(
+        &args.nats,
+        nats::Names {
+            stream: args.stream.clone(),
+            bucket: args.bucket.clone(),
+        },
+    )?;
+    let mut raws = Vec::with_capacity(sources.len());
+    for source in &sources {
+        let options = SubscriberOptions {
+            rcvhwm: RCVHWM,
+            curve: source.curve.clone(),
+            topic: source.topic.clone(),
+            ..SubscriberOptions::default()
+        };
+        raws.push(Raw::open(&source.endpoint, &options)?);
+    }
+    let options = FollowOptions {
+        rcvhwm: RCVHWM,
+        ..FollowOptions::default()
+    };
+    let follower = Follower::new(sources, options)?;
+    let mut relay = Relay::start(follower, raws, nats, backend.clone())?;
+    eprintln!(
+        "kv-events relay: relaying backend {backend} from {} into NATS {} (stream {}, \
+         subject {}, bucket {})",
+        names.join(", "),
+        args.nats,
+        args.stream,
+        relay.log.subject,
+        args.bucket
+    );
+    follow(&mut relay, args, &names)
+}
+
+/// The loop: turns until the end, a status line every `--every`.
+fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), String> {
+    let started = Instant::now();
+    let deadline = args.duration.map(|d| started + d);
+    let mut next_status = started + args.every;
+    let mut failing: Option<String> = None;
+    let mut err = std::io::stderr().lock();
+    while !STOP.load(Ordering::SeqCst) && deadline.is_none_or(|d| Instant::now() < d) {
+        let (notices, outcome) = relay.turn(TURN);
+        for notice in notices {
+            let _ = writeln!(
+                err,
+                "kv-events relay: {}: {}",
+                names[notice.source], notice.event
+            );
+        }
+        match outcome {
+            Err(why) if failing.as_ref() != Some(&why) => {
+                let _ = writeln!(err, "kv-events relay: {why}; retrying");
+                failing = Some(why);
+            }
+            Ok(()) => failing = None,
+            Err(_) => {}
+        }
+        if Instant::now() >= next_status {
+            let _ = write!(err, "{}", status::line(relay, names, started.elapsed()));
+            next_status += args.every;
+        }
+    }
+    // What came last is written before the end, when the master and NATS allow.
+    let _ = relay.turn(Duration::ZERO).1;
+    let _ = write!(err, "{}", status::line(relay, names, started.elapsed()));
+    if relay.up_to_date() {
+        Ok(())
+    } else {
+        Err("stopped with the log or the bucket behind the master".into())
+    }
+}

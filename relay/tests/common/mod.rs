@@ -1,0 +1,429 @@
+//! What the relay's tests share: a real `nats-server -js` on a port of its own, the real
+//! `kv-events demo` publisher, the relay, and reading back what the relay wrote.
+#![allow(dead_code)]
+
+use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+use futures::StreamExt;
+use mooncake_kv_events::subscriber::Index;
+use mooncake_kv_events::Medium;
+use serde_json::Value;
+use std::collections::{BTreeSet, HashSet};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use kv_events_testing::TempDir;
+
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+    listener.local_addr().expect("its address").port()
+}
+
+/// Waits until `condition` holds, for up to `limit`.
+pub fn wait_for(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    condition()
+}
+
+/// A child process stopped (SIGKILL) and reaped when dropped.
+pub struct Process(pub Child);
+
+impl Process {
+    /// SIGTERM, then waits for the exit; its status code.
+    pub fn terminate(mut self) -> Option<i32> {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let code = self.0.wait().ok().and_then(|s| s.code());
+        std::mem::forget(self);
+        code
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A `nats-server -js` on a free port, its store in `dir`.
+pub struct Nats {
+    pub port: u16,
+    dir: PathBuf,
+    process: Option<Process>,
+}
+
+impl Nats {
+    pub fn start(dir: &Path) -> Nats {
+        let mut nats = Nats {
+            port: free_port(),
+            dir: dir.join("jetstream"),
+            process: None,
+        };
+        nats.up();
+        nats
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn up(&mut self) {
+        let child = Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-sd",
+            ])
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server runs: run scripts/install-deps.sh");
+        self.process = Some(Process(child));
+        let port = self.port;
+        assert!(
+            wait_for(Duration::from_secs(10), || {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            }),
+            "nats-server did not listen"
+        );
+    }
+
+    /// Stops the server (SIGTERM: it flushes its store), then starts it again on the same
+    /// port and store after `down`.
+    pub fn restart(&mut self, down: Duration) {
+        if let Some(process) = self.process.take() {
+            process.terminate();
+        }
+        std::thread::sleep(down);
+        self.up();
+    }
+}
+
+/// A binary of the workspace: beside the relay's, built by `cargo test --workspace`; built
+/// here when the relay's tests run alone.
+pub fn binary(name: &str) -> PathBuf {
+    let relay = PathBuf::from(env!("CARGO_BIN_EXE_kv-events-relay"));
+    let path = relay.with_file_name(name);
+    if !path.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "--locked", "-p", name, "--bin", name])
+            .status()
+            .expect("cargo runs");
+        assert!(status.success(), "cannot build {name}");
+    }
+    path
+}
+
+/// Endpoints of one master: its PUB and replay sockets.
+#[derive(Clone)]
+pub struct Master {
+    pub endpoint: String,
+    pub replay: String,
+}
+
+impl Master {
+    pub fn new() -> Master {
+        Master {
+            endpoint: format!("tcp://127.0.0.1:{}", free_port()),
+            replay: format!("tcp://127.0.0.1:{}", free_port()),
+        }
+    }
+
+    /// `kv-events demo` on these endpoints: `objects` objects at `rate` calls a second,
+    /// up `linger` seconds after, writing its truth to `truth`.
+    pub fn demo(&self, objects: u32, rate: u32, linger: f64, truth: &Path) -> Process {
+        let child = Command::new(binary("kv-events"))
+            .args([
+                "demo",
+                "--endpoint",
+                &self.endpoint,
+                "--replay-endpoint",
+                &self.replay,
+            ])
+            .args([
+                "--objects",
+                &objects.to_string(),
+                "--rate",
+                &rate.to_string(),
+            ])
+            .args(["--linger", &linger.to_string(), "--heartbeat-ms", "200"])
+            .args(["--wait", "0.5", "--show", "0", "--dump-index"])
+            .arg(truth)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kv-events demo runs");
+        Process(child)
+    }
+
+    /// The relay of this master into `nats`, its stderr in `log`.
+    pub fn relay(&self, nats: &Nats, log: &Path) -> Process {
+        let stderr = std::fs::File::create(log).expect("a log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_kv-events-relay"))
+            .args([&self.endpoint, "--replay-endpoint", &self.replay])
+            .args(["--nats", &nats.url(), "--every", "1"])
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("kv-events-relay runs");
+        Process(child)
+    }
+}
+
+/// One object as a set member: tenant, key, media names sorted.
+pub type Object = (Vec<u8>, Vec<u8>, Vec<String>);
+
+/// `kv-events demo --dump-index`'s objects (`bin` keys written `"hex:..."`).
+pub fn truth(path: &Path) -> BTreeSet<Object> {
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(path).expect("the demo's truth")).expect("JSON");
+    let name = |v: &Value| {
+        let text = v.as_str().expect("a string");
+        match text.strip_prefix("hex:") {
+            Some(hex) => decode_hex(hex),
+            None => text.as_bytes().to_vec(),
+        }
+    };
+    json["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .map(|o| {
+            let mut media: Vec<String> = o[3]
+                .as_array()
+                .expect("media")
+                .iter()
+                .map(|m| m.as_str().expect("a medium").to_owned())
+                .collect();
+            media.sort();
+            (name(&o[1]), name(&o[2]), media)
+        })
+        .collect()
+}
+
+fn decode_hex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// A line of `mirror --dump` (or a bucket value) as an [`Object`].
+pub fn object_of(line: &Value) -> Object {
+    let name = |v: &Value| match v.as_str() {
+        Some(text) => text.as_bytes().to_vec(),
+        None => decode_hex(v["hex"].as_str().expect("hex")),
+    };
+    let mut media: Vec<String> = line["media"]
+        .as_array()
+        .expect("media")
+        .iter()
+        .map(|m| m.as_str().expect("a medium").to_owned())
+        .collect();
+    media.sort();
+    (name(&line["tenant"]), name(&line["key"]), media)
+}
+
+/// An index's objects.
+pub fn objects_of(index: &Index) -> BTreeSet<Object> {
+    index
+        .iter()
+        .map(|(t, k, media)| {
+            let mut names: Vec<String> =
+                media.iter().map(Medium::as_str).map(String::from).collect();
+            names.sort();
+            (t.to_vec(), k.to_vec(), names)
+        })
+        .collect()
+}
+
+/// What a reader of NATS sees of the relay's work.
+pub struct Written {
+    /// The bucket's objects.
+    pub bucket: BTreeSet<Object>,
+    /// Every event of the stream's subject applied in order from the first message.
+    pub stream: BTreeSet<Object>,
+    /// The (incarnation, sequence) of the master's messages written more than once, message
+    /// ids written more than once, and messages not written on top of the one before.
+    pub duplicates: Vec<String>,
+    /// Messages on the subject.
+    pub messages: usize,
+}
+
+/// Reads the stream `KV_EVENTS` (subject `kv-events.demo-store`) and the bucket `kv-events`.
+pub fn read_back(url: &str) -> Result<Written, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(read_back_async(url))
+}
+
+async fn all(
+    stream: &async_nats::jetstream::stream::Stream,
+    subject: &str,
+    policy: DeliverPolicy,
+) -> Result<Vec<async_nats::jetstream::Message>, String> {
+    let consumer = stream
+        .create_consumer(pull::OrderedConfig {
+            filter_subject: subject.into(),
+            deliver_policy: policy,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut pending = consumer.cached_info().num_pending;
+    let mut out = Vec::new();
+    if pending == 0 {
+        return Ok(out);
+    }
+    let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+    while pending > 0 {
+        let message = tokio::time::timeout(Duration::from_secs(5), messages.next())
+            .await
+            .map_err(|_| "timed out".to_string())?
+            .ok_or("ended")?
+            .map_err(|e| e.to_string())?;
+        pending = message.info().map_err(|e| e.to_string())?.pending;
+        out.push(message);
+    }
+    Ok(out)
+}
+
+async fn read_back_async(url: &str) -> Result<Written, String> {
+    let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
+    let context = async_nats::jetstream::new(client);
+    let stream = context
+        .get_stream("KV_EVENTS")
+        .await
+        .map_err(|e| e.to_string())?;
+    let log = all(&stream, "kv-events.demo-store", DeliverPolicy::All).await?;
+    let mut index = Index::new();
+    let mut ids = HashSet::new();
+    let mut covered = HashSet::new();
+    let mut duplicates = Vec::new();
+    let mut previous = 0;
+    for message in &log {
+        let header = |name: &str| {
+            message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_owned())
+                .unwrap_or_default()
+        };
+        // The standard name: a `&str` one does not find a header parsed as standard.
+        let id = message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default();
+        if !ids.insert(id.clone()) {
+            duplicates.push(format!("message id {id}"));
+        }
+        let sequence = message.info().map_err(|e| e.to_string())?.stream_sequence;
+        if header("Kv-Events-Previous") != previous.to_string() {
+            duplicates.push(format!("message {sequence} not on top of {previous}"));
+        }
+        previous = sequence;
+        if header("Kv-Events-Kind") == "events" {
+            let incarnation = header("Kv-Events-Incarnation");
+            let range = id.rsplit('.').next().unwrap_or_default();
+            let (first, last) = range
+                .split_once('-')
+                .ok_or(format!("an events id without a range: {id:?}"))?;
+            let (first, last): (u64, u64) = (first.parse().unwrap(), last.parse().unwrap());
+            for s in first..=last {
+                if !covered.insert((incarnation.clone(), s)) {
+                    duplicates.push(format!("master message {incarnation}/{s}"));
+                }
+            }
+        }
+        let batch =
+            rmpv::decode::read_value(&mut &message.payload[..]).map_err(|e| e.to_string())?;
+        for event in batch[1].as_array().ok_or("a batch")? {
+            index.apply(event)?;
+        }
+    }
+    let kv = context
+        .get_stream("KV_kv-events")
+        .await
+        .map_err(|e| e.to_string())?;
+    let entries = all(&kv, "$KV.kv-events.>", DeliverPolicy::LastPerSubject).await?;
+    let bucket = entries
+        .iter()
+        .filter(|m| {
+            m.headers
+                .as_ref()
+                .and_then(|h| h.get("KV-Operation"))
+                .is_none()
+        })
+        .map(|m| object_of(&serde_json::from_slice(&m.payload).expect("a JSON value")))
+        .collect();
+    Ok(Written {
+        bucket,
+        stream: objects_of(&index),
+        duplicates,
+        messages: log.len(),
+    })
+}
+
+/// Waits (up to a minute) until the bucket and the stream's fold both equal `truth`; the
+/// last reading, for the assertions.
+pub fn converge(nats: &Nats, truth: &BTreeSet<Object>) -> Written {
+    let mut last = None;
+    wait_for(Duration::from_secs(60), || {
+        let written = read_back(&nats.url());
+        let done = written
+            .as_ref()
+            .is_ok_and(|w| &w.bucket == truth && &w.stream == truth);
+        last = Some(written);
+        done
+    });
+    last.expect("read at least once")
+        .unwrap_or_else(|e| panic!("cannot read NATS back: {e}"))
+}
+
+/// The relay's stderr, for a failed assertion.
+pub fn said(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_default()
+}
+
+/// Asserts that NATS holds exactly `truth`, written once.
+pub fn assert_exact(nats: &Nats, truth: &BTreeSet<Object>, logs: &[&Path]) {
+    let written = converge(nats, truth);
+    let context: String = logs.iter().map(|l| said(l)).collect();
+    assert_eq!(written.bucket.len(), truth.len(), "bucket size\n{context}");
+    assert!(
+        &written.bucket == truth,
+        "the bucket is not the truth\n{context}"
+    );
+    assert!(
+        &written.stream == truth,
+        "the stream's fold is not the truth\n{context}"
+    );
+    assert!(
+        written.duplicates.is_empty(),
+        "{:?}\n{context}",
+        written.duplicates
+    );
+}
