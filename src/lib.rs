@@ -22,12 +22,8 @@
 //! Features: `publisher` (the default) is all of the above; `subscriber` alone (with
 //! `default-features = false`) is [`subscriber`], [`wire`]'s decoders, [`keys`] and the
 //! vocabulary they use, built without a C++ compiler (no `cxx`, no bridge, no libstdc++).
-#![warn(
-    missing_docs,
-    missing_debug_implementations,
-    unreachable_pub,
-    unsafe_op_in_unsafe_fn
-)]
+// missing_docs is denied for the whole workspace (Cargo.toml's [workspace.lints]).
+#![warn(missing_debug_implementations, unreachable_pub, unsafe_op_in_unsafe_fn)]
 
 #[cfg(feature = "bench")]
 #[doc(hidden)]

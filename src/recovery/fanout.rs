@@ -15,6 +15,7 @@ use super::snapshot::Piece;
 use crate::log::{log, Level};
 use crate::stats::PeerCounters;
 use crate::transport::connections::Listeners;
+use crate::wire::replay::verb;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, TryRecvError};
@@ -163,14 +164,14 @@ impl Fanout {
                 }
                 Ok(Piece::End(body, objects)) => {
                     self.ending = Some(Ending {
-                        verb: b"snapshot-end",
+                        verb: verb::SNAPSHOT_END,
                         body,
                         objects: Some(objects),
                     });
                 }
                 Ok(Piece::Failed(why)) => {
                     self.ending = Some(Ending {
-                        verb: b"error",
+                        verb: verb::ERROR,
                         body: why,
                         objects: None,
                     });
@@ -178,7 +179,7 @@ impl Fanout {
                 Err(TryRecvError::Empty) => return,
                 Err(TryRecvError::Disconnected) => {
                     self.ending = Some(Ending {
-                        verb: b"error",
+                        verb: verb::ERROR,
                         body: Arc::from(&b"the snapshot stopped: the publisher is stopping"[..]),
                         objects: None,
                     });
@@ -214,7 +215,7 @@ impl Fanout {
         loop {
             let (head, body): (&[u8], &Arc<[u8]>) = match self.batches.get(reader.next - self.first)
             {
-                Some(batch) => (b"snapshot", batch),
+                Some(batch) => (verb::SNAPSHOT, batch),
                 None => match &self.ending {
                     Some(ending) => (ending.verb, &ending.body),
                     None => return true,

@@ -1,25 +1,10 @@
 //! The replay socket: a ROUTER beside the PUB socket, under the same access rules, through
 //! which a subscriber learns where the stream stands and gets back what it missed.
 //!
-//! Requests are the frames after the ROUTER's routing id (a DEALER sends them as written):
-//! - `["", start_seq]`, `start_seq` 8 bytes big-endian: every retained message with sequence
-//!   at least `start_seq`, in order, each `["", topic, seq, payload]` byte for byte as the PUB
-//!   socket sent it, then `["", "", -1 as 8 signed big-endian bytes, ""]`: vLLM's replay
-//!   protocol since 0.26, so its clients work unchanged; with `kv_events_replay_topic_frame`
-//!   off, the form before it, `["", seq, payload]` and `["", -1, ""]` ([`ReplyForm`]). What
-//!   the buffer no longer holds, or what was never sent, is absent.
-//! - `["", "snapshot"]` or `["", "snapshot", tenant_id]`: every object readable now (of that
-//!   tenant), as `["", "snapshot", batch]` messages, then `["", "snapshot-end", map]` with
-//!   `sequence` (S), `objects`, `events`, `incarnation` and `tenant`: see [`super::snapshot`].
-//!   One snapshot at a time; another request meanwhile is answered "busy".
-//! - `["", "info"]`: `["", "info", map]`, the map holding `incarnation`, `backend_id`,
-//!   `dp_rank`, `last_sequence` (the last sequence taken, by a message or by events dropped
-//!   since; 0 before any),
-//!   `oldest_sequence` (the oldest a replay can send, 0 when none) and `snapshots` (whether
-//!   the master registered an object source), and the PUB socket's readers: `subscribers`
-//!   (connected now), `subscriber_connects` and `subscriber_disconnects` (since creation),
-//!   as the stats count them.
-//! - anything else: `["", "error", text]`, counted in `bad_requests`.
+//! The protocol (requests, replies, the maps) is [`crate::wire::replay`]'s. One snapshot of a
+//! scope at a time, shared by whoever asks for it while it is taken; a request for another
+//! scope meanwhile is answered "busy". A request that is not the protocol's is counted in
+//! `bad_requests`.
 //!
 //! The thread `kv-events-replay` owns the socket; the publishing thread only appends what it
 //! sent to the [`Ring`], and a snapshot's thread hands over its messages. A replay is sent a
@@ -35,7 +20,8 @@ use crate::error::CreateError;
 use crate::log::{log, Level};
 use crate::stats::PeerCounters;
 use crate::transport::connections::Listeners;
-use crate::wire::ReplyForm;
+use crate::wire::replay::{verb, ReplyForm};
+use crate::wire::{Info, Request};
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -241,48 +227,6 @@ struct Serving {
     stop: Arc<AtomicBool>,
 }
 
-/// What a request asks for.
-#[derive(Debug, PartialEq, Eq)]
-enum Request {
-    Replay(u64),
-    Info,
-    /// Of one tenant (as on the wire), or of every one.
-    Snapshot(Option<Vec<u8>>),
-    Bad(String),
-}
-
-impl Request {
-    fn parse(frames: &[Vec<u8>]) -> Request {
-        let [delimiter, verb, rest @ ..] = frames else {
-            return Request::Bad(format!(
-                "{} frames after the routing id; a request is [\"\", verb, ...]",
-                frames.len()
-            ));
-        };
-        if !delimiter.is_empty() {
-            return Request::Bad("the first frame of a request must be empty".into());
-        }
-        match (verb.as_slice(), rest) {
-            // "snapshot" is 8 bytes too; as a start sequence it would be 8.3e18.
-            (b"snapshot", []) => Request::Snapshot(None),
-            (b"snapshot", [tenant]) if tenant.is_empty() => Request::Bad(
-                "an empty tenant_id: the stream names the master's empty tenant \"default\"".into(),
-            ),
-            (b"snapshot", [tenant]) => Request::Snapshot(Some(tenant.clone())),
-            (b"info", []) => Request::Info,
-            (seq, []) if seq.len() == 8 => {
-                Request::Replay(u64::from_be_bytes(seq.try_into().unwrap_or_default()))
-            }
-            _ => Request::Bad(format!(
-                "unknown request ({} frames, verb of {} bytes): expected [\"\", start_seq as 8 \
-                 bytes big-endian], [\"\", \"info\"] or [\"\", \"snapshot\"(, tenant)]",
-                frames.len(),
-                verb.len()
-            )),
-        }
-    }
-}
-
 impl Serving {
     fn run(mut self) {
         while !self.stop.load(Relaxed) {
@@ -316,12 +260,12 @@ impl Serving {
         }
         let peer = frames.remove(0);
         match Request::parse(&frames) {
-            Request::Replay(from) => {
+            Ok(Request::Replay { from }) => {
                 self.counters.replay_requests.fetch_add(1, Relaxed);
                 if self.replays.len() >= MAX_REPLAYS {
                     self.reply(
                         &peer,
-                        b"error",
+                        verb::ERROR,
                         b"busy: too many replays under way, ask again",
                     );
                     return;
@@ -332,18 +276,17 @@ impl Serving {
                     through: self.ring.last_sequence.load(Relaxed),
                 });
             }
-            Request::Info => {
+            Ok(Request::Info) => {
                 self.counters.replay_requests.fetch_add(1, Relaxed);
-                let info = self.info();
-                self.reply(&peer, b"info", &info);
+                self.reply(&peer, verb::INFO, &self.info().encode());
             }
-            Request::Snapshot(scope) => {
+            Ok(Request::Snapshot { tenant }) => {
                 self.counters.replay_requests.fetch_add(1, Relaxed);
-                self.start_snapshot(Requester::new(peer, fd), scope);
+                self.start_snapshot(Requester::new(peer, fd), tenant);
             }
-            Request::Bad(why) => {
+            Err(why) => {
                 self.counters.bad_requests.fetch_add(1, Relaxed);
-                self.reply(&peer, b"error", why.as_bytes());
+                self.reply(&peer, verb::ERROR, why.as_bytes());
             }
         }
     }
@@ -355,36 +298,20 @@ impl Serving {
             .send_multipart([peer, b"", verb, body], zmq::DONTWAIT);
     }
 
-    fn info(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(128);
+    fn info(&self) -> Info {
         let id = &self.identity;
         let peers = &self.counters;
-        let fields: [(&str, u64); 7] = [
-            ("incarnation", id.incarnation),
-            ("dp_rank", u64::from(id.dp_rank)),
-            ("last_sequence", self.ring.last_taken()),
-            ("oldest_sequence", self.ring.oldest()),
-            ("subscribers", peers.subscribers.load(Relaxed)),
-            (
-                "subscriber_connects",
-                peers.subscriber_connects.load(Relaxed),
-            ),
-            (
-                "subscriber_disconnects",
-                peers.subscriber_disconnects.load(Relaxed),
-            ),
-        ];
-        // Writing to a Vec cannot fail.
-        let _ = rmp::encode::write_map_len(&mut out, fields.len() as u32 + 2);
-        for (key, value) in fields {
-            let _ = rmp::encode::write_str(&mut out, key);
-            let _ = rmp::encode::write_uint(&mut out, value);
+        Info {
+            incarnation: id.incarnation,
+            backend_id: id.backend_id.clone(),
+            dp_rank: u64::from(id.dp_rank),
+            last_sequence: self.ring.last_taken(),
+            oldest_sequence: self.ring.oldest(),
+            snapshots: self.source().is_some(),
+            subscribers: peers.subscribers.load(Relaxed),
+            subscriber_connects: peers.subscriber_connects.load(Relaxed),
+            subscriber_disconnects: peers.subscriber_disconnects.load(Relaxed),
         }
-        let _ = rmp::encode::write_str(&mut out, "backend_id");
-        let _ = rmp::encode::write_str(&mut out, &id.backend_id);
-        let _ = rmp::encode::write_str(&mut out, "snapshots");
-        let _ = rmp::encode::write_bool(&mut out, self.source().is_some());
-        out
     }
 
     fn source(&self) -> Option<Arc<dyn ObjectSource>> {
@@ -403,7 +330,7 @@ impl Serving {
             } else {
                 return fanout.join(requester);
             };
-            return self.reply(&requester.peer, b"error", busy);
+            return self.reply(&requester.peer, verb::ERROR, busy);
         }
         self.snapshot_for(vec![requester], scope);
     }
@@ -413,7 +340,7 @@ impl Serving {
         let Some(source) = self.source() else {
             let none = b"snapshots are not available: the master registered no object source";
             for requester in &requesters {
-                self.reply(&requester.peer, b"error", none);
+                self.reply(&requester.peer, verb::ERROR, none);
             }
             return;
         };
@@ -424,7 +351,7 @@ impl Serving {
             Err(e) => {
                 let why = format!("cannot start the thread kv-events-snapshot: {e}");
                 for requester in &requesters {
-                    self.reply(&requester.peer, b"error", why.as_bytes());
+                    self.reply(&requester.peer, verb::ERROR, why.as_bytes());
                 }
             }
         }
@@ -516,39 +443,6 @@ fn stalled(replay: &mut Replay, counters: &PeerCounters, listeners: &Listeners) 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frames(parts: &[&[u8]]) -> Vec<Vec<u8>> {
-        parts.iter().map(|p| p.to_vec()).collect()
-    }
-
-    #[test]
-    fn requests_parse_as_the_protocol_says() {
-        assert_eq!(
-            Request::parse(&frames(&[b"", &7u64.to_be_bytes()])),
-            Request::Replay(7)
-        );
-        assert_eq!(Request::parse(&frames(&[b"", b"info"])), Request::Info);
-        assert_eq!(
-            Request::parse(&frames(&[b"", b"snapshot"])),
-            Request::Snapshot(None)
-        );
-        assert_eq!(
-            Request::parse(&frames(&[b"", b"snapshot", b"tenant"])),
-            Request::Snapshot(Some(b"tenant".to_vec()))
-        );
-        for bad in [
-            frames(&[]),
-            frames(&[b""]),
-            frames(&[b"x", b"info"]),
-            frames(&[b"", b"inf0"]),
-            frames(&[b"", b"info", b"extra"]),
-            frames(&[b"", &[0u8; 7]]),
-            frames(&[b"", b"snapshot", b""]),
-            frames(&[b"", b"snapshot", b"a", b"b"]),
-        ] {
-            assert!(matches!(Request::parse(&bad), Request::Bad(_)), "{bad:?}");
-        }
-    }
 
     #[test]
     fn the_ring_keeps_the_newest_within_its_bytes() {

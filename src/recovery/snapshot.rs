@@ -30,6 +30,7 @@ use crate::config::Config;
 use crate::event::{Event, EventKind};
 use crate::media::{Medium, MediumSet};
 use crate::wire::encode::{needs_own_message, Encoder, DEFAULT_TENANT, MAX_BATCH_EVENTS};
+use crate::wire::SnapshotEnd;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -279,7 +280,15 @@ fn run(
     let last = match enumerated {
         Ok(Ok(())) => match objects.send_pending() {
             Ok(()) => Piece::End(
-                end_map(sequence, &objects, context.incarnation, scope.as_deref()).into(),
+                SnapshotEnd {
+                    sequence,
+                    objects: objects.objects,
+                    events: objects.events,
+                    incarnation: context.incarnation,
+                    tenant: scope,
+                }
+                .encode()
+                .into(),
                 objects.objects,
             ),
             Err(Abandoned) => return,
@@ -289,36 +298,4 @@ fn run(
         Err(_) => Piece::Failed(Arc::from(&b"the object source panicked"[..])),
     };
     let _ = out.send(last);
-}
-
-/// The `snapshot-end` map: `sequence`, `objects`, `events`, `incarnation` and `tenant` (nil
-/// for every tenant).
-fn end_map(sequence: u64, objects: &Objects, incarnation: u64, scope: Option<&[u8]>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(96);
-    // Writing to a Vec cannot fail.
-    let _ = rmp::encode::write_map_len(&mut out, 5);
-    for (key, value) in [
-        ("sequence", sequence),
-        ("objects", objects.objects),
-        ("events", objects.events),
-        ("incarnation", incarnation),
-    ] {
-        let _ = rmp::encode::write_str(&mut out, key);
-        let _ = rmp::encode::write_uint(&mut out, value);
-    }
-    let _ = rmp::encode::write_str(&mut out, "tenant");
-    match scope {
-        None => {
-            let _ = rmp::encode::write_nil(&mut out);
-        }
-        Some(tenant) => match std::str::from_utf8(tenant) {
-            Ok(text) => {
-                let _ = rmp::encode::write_str(&mut out, text);
-            }
-            Err(_) => {
-                let _ = rmp::encode::write_bin(&mut out, tenant);
-            }
-        },
-    }
-    out
 }

@@ -3,35 +3,9 @@
 //! from it and notices a loss at the end of a burst, which no later message would show.
 
 use super::watch::{Batch, Continuity, CurveClient, WatchError};
-use crate::wire::{decode_message, Replayed};
+use crate::wire::replay::verb;
+use crate::wire::{decode_message, Info, Replayed, Request};
 use std::time::{Duration, Instant};
-
-/// What the publisher's `info` reply says. Keys it does not know are ignored, and a key
-/// that is missing keeps its default.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(default)]
-pub struct Info {
-    /// The random id of the publisher's life: a new one after a restart or a takeover.
-    pub incarnation: u64,
-    /// The publisher's `backend_id`.
-    pub backend_id: String,
-    /// The publisher's `dp_rank`.
-    pub dp_rank: u64,
-    /// The last sequence it took, by a message or by events it dropped since (their gap);
-    /// 0 before any.
-    pub last_sequence: u64,
-    /// The oldest sequence a replay can send now, 0 when none.
-    pub oldest_sequence: u64,
-    /// Whether it serves snapshots.
-    pub snapshots: bool,
-    /// Subscribers connected to its PUB socket now (handshake done); 0 from a publisher
-    /// that does not say.
-    pub subscribers: u64,
-    /// Subscribers that connected since it started.
-    pub subscriber_connects: u64,
-    /// Subscribers that disconnected since it started.
-    pub subscriber_disconnects: u64,
-}
 
 /// A DEALER connected to a publisher's replay socket, with the subscriber's CURVE keys when
 /// the publisher speaks CURVE.
@@ -81,11 +55,13 @@ impl ReplayClient {
 
     /// Asks where the stream stands.
     pub fn info(&mut self, timeout: Duration) -> Result<Info, WatchError> {
-        self.send(&[b"", b"info"])?;
+        self.send(&Request::Info.frames())?;
         let deadline = Instant::now() + timeout;
         let frames = self.reply(deadline)?;
         match frames.as_slice() {
-            [_, verb, body] if verb.as_slice() == b"info" => decode_info(body),
+            [_, head, body] if head.as_slice() == verb::INFO => {
+                Info::decode(body).map_err(WatchError::Replay)
+            }
             other => Err(self.unexpected(other)),
         }
     }
@@ -100,7 +76,7 @@ impl ReplayClient {
         until: u64,
         timeout: Duration,
     ) -> Result<Vec<Batch>, WatchError> {
-        self.send(&[b"", &from.to_be_bytes()])?;
+        self.send(&Request::Replay { from }.frames())?;
         let deadline = Instant::now() + timeout;
         let mut batches = Vec::new();
         loop {
@@ -121,7 +97,7 @@ impl ReplayClient {
         }
     }
 
-    fn send(&self, frames: &[&[u8]]) -> Result<(), WatchError> {
+    fn send(&self, frames: &[Vec<u8>]) -> Result<(), WatchError> {
         self.socket
             .send_multipart(frames, zmq::DONTWAIT)
             .map_err(|e| WatchError::Replay(format!("cannot ask {}: {e}", self.endpoint)))
@@ -147,7 +123,7 @@ impl ReplayClient {
 
     fn unexpected(&self, frames: &[Vec<u8>]) -> WatchError {
         match frames {
-            [_, verb, text] if verb.as_slice() == b"error" => WatchError::Replay(format!(
+            [_, head, text] if head.as_slice() == verb::ERROR => WatchError::Replay(format!(
                 "{} says: {}",
                 self.endpoint,
                 String::from_utf8_lossy(text)
@@ -164,19 +140,6 @@ impl ReplayClient {
 /// Whether an 8-byte big-endian sequence frame is below `until`.
 fn below(frame: &[u8], until: u64) -> bool {
     <[u8; 8]>::try_from(frame).is_ok_and(|b| u64::from_be_bytes(b) < until)
-}
-
-/// Decodes an `info` map with `rmp-serde`: unknown keys are ignored, missing ones stay at
-/// their default, a value of the wrong type is an error.
-pub(crate) fn decode_info(body: &[u8]) -> Result<Info, WatchError> {
-    use rmp::Marker;
-    let malformed = |why: String| WatchError::Replay(format!("an info reply {why}"));
-    // rmp-serde also reads a struct from an array, by position; the protocol's is a map.
-    match body.first().map(|&byte| Marker::from_u8(byte)) {
-        Some(Marker::FixMap(_) | Marker::Map16 | Marker::Map32) => {}
-        _ => return Err(malformed("is not a map".into())),
-    }
-    rmp_serde::from_slice(body).map_err(|e| malformed(format!("does not decode: {e}")))
 }
 
 /// How long a replay or an `info` may take.
@@ -248,67 +211,5 @@ impl Catchup {
             self.last = Some(batch.sequence);
         }
         batches
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rmpv::Value;
-
-    fn encoded(value: &Value) -> Vec<u8> {
-        let mut out = Vec::new();
-        rmpv::encode::write_value(&mut out, value).unwrap();
-        out
-    }
-
-    #[test]
-    fn an_info_reply_decodes_its_keys_and_ignores_others() {
-        let map = Value::Map(vec![
-            (Value::from("incarnation"), Value::from(u64::MAX)),
-            (Value::from("backend_id"), Value::from("store-a")),
-            (Value::from("dp_rank"), Value::from(2u64)),
-            (Value::from("last_sequence"), Value::from(40u64)),
-            (Value::from("oldest_sequence"), Value::from(3u64)),
-            (Value::from("snapshots"), Value::from(true)),
-            (Value::from("subscribers"), Value::from(4u64)),
-            (Value::from("subscriber_connects"), Value::from(6u64)),
-            (Value::from("subscriber_disconnects"), Value::from(2u64)),
-            (Value::from("added_later"), Value::Array(vec![Value::Nil])),
-        ]);
-        let info = decode_info(&encoded(&map)).unwrap();
-        assert_eq!(
-            info,
-            Info {
-                incarnation: u64::MAX,
-                backend_id: "store-a".into(),
-                dp_rank: 2,
-                last_sequence: 40,
-                oldest_sequence: 3,
-                snapshots: true,
-                subscribers: 4,
-                subscriber_connects: 6,
-                subscriber_disconnects: 2,
-            }
-        );
-        let some = Value::Map(vec![(Value::from("last_sequence"), Value::from(7u64))]);
-        assert_eq!(decode_info(&encoded(&some)).unwrap().last_sequence, 7);
-    }
-
-    #[test]
-    fn an_info_reply_that_is_not_the_protocols_says_why() {
-        let wrong = Value::Map(vec![(Value::from("last_sequence"), Value::from("many"))]);
-        for (body, why) in [
-            (encoded(&wrong), "does not decode: "),
-            (
-                encoded(&Value::Array(vec![Value::from(1u64)])),
-                "is not a map",
-            ),
-            (vec![], "is not a map"),
-            (vec![0x81, 0xa1], "does not decode: "),
-        ] {
-            let err = decode_info(&body).unwrap_err().to_string();
-            assert!(err.contains(why), "{err}\nwanted: {why}");
-        }
     }
 }

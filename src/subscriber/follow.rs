@@ -31,13 +31,12 @@
 //! The follower runs on the caller's thread: [`Follower::poll`] does the work and returns
 //! what happened as [`Notice`]s.
 
-use super::catchup::{decode_info, Info};
 use super::index::{json_bytes, Index};
 use super::watch::{
     CurveClient, Subscriber, SubscriberOptions, WatchError, DEFAULT_MAX_MESSAGE_BYTES,
 };
-use crate::wire::{Checked, Replayed};
-use rmpv::Value;
+use crate::wire::replay::verb;
+use crate::wire::{Checked, Info, Replayed, Request, SnapshotEnd};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Deref;
@@ -617,53 +616,6 @@ fn open_dealer(
     Ok(socket)
 }
 
-/// What a snapshot's last frame says.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct SnapshotEnd {
-    sequence: u64,
-    objects: u64,
-    events: u64,
-    incarnation: u64,
-    tenant: Option<Vec<u8>>,
-}
-
-/// Decodes a `snapshot-end` map; `sequence` and `incarnation` must be there.
-fn decode_snapshot_end(body: &[u8]) -> Result<SnapshotEnd, String> {
-    let value = rmpv::decode::read_value(&mut &body[..])
-        .map_err(|e| format!("a snapshot-end that is not msgpack: {e}"))?;
-    let Value::Map(entries) = value else {
-        return Err("a snapshot-end that is not a map".into());
-    };
-    let mut end = SnapshotEnd::default();
-    let (mut sequence, mut incarnation) = (false, false);
-    for (key, value) in &entries {
-        let number = || {
-            value
-                .as_u64()
-                .ok_or_else(|| format!("a snapshot-end whose {key} is {value}"))
-        };
-        match key.as_str() {
-            Some("sequence") => (end.sequence, sequence) = (number()?, true),
-            Some("incarnation") => (end.incarnation, incarnation) = (number()?, true),
-            Some("objects") => end.objects = number()?,
-            Some("events") => end.events = number()?,
-            Some("tenant") => {
-                end.tenant = match value {
-                    Value::Nil => None,
-                    Value::String(s) => Some(s.as_bytes().to_vec()),
-                    Value::Binary(b) => Some(b.clone()),
-                    other => return Err(format!("a snapshot-end whose tenant is {other}")),
-                }
-            }
-            _ => {}
-        }
-    }
-    if !(sequence && incarnation) {
-        return Err("a snapshot-end without its sequence or incarnation".into());
-    }
-    Ok(end)
-}
-
 impl Followed {
     fn in_sync(&self) -> bool {
         self.applied.is_some()
@@ -854,7 +806,7 @@ impl Followed {
         }
         if self.snapshot_due {
             self.send(
-                &[b"", b"snapshot"],
+                Request::Snapshot { tenant: None },
                 Ask::Snapshot {
                     staged: Index::new(),
                     events: 0,
@@ -877,7 +829,7 @@ impl Followed {
                 self.incident.get_or_insert(now);
             }
             let purpose = Purpose::Gap { from, until: head };
-            self.send(&[b"", b"info"], Ask::Info(purpose), options, notice);
+            self.send(Request::Info, Ask::Info(purpose), options, notice);
             return;
         }
         if let Some(since) = self.incident.take() {
@@ -889,7 +841,7 @@ impl Followed {
         }
         if now.duration_since(self.last_stream.max(self.last_check)) >= options.quiet_check {
             self.last_check = now;
-            self.send(&[b"", b"info"], Ask::Info(Purpose::Quiet), options, notice);
+            self.send(Request::Info, Ask::Info(Purpose::Quiet), options, notice);
         }
     }
 
@@ -904,12 +856,12 @@ impl Followed {
 
     fn send(
         &mut self,
-        frames: &[&[u8]],
+        request: Request,
         ask: Ask,
         options: &FollowOptions,
         notice: &mut impl FnMut(Happened),
     ) {
-        match self.dealer.send_multipart(frames, zmq::DONTWAIT) {
+        match self.dealer.send_multipart(request.frames(), zmq::DONTWAIT) {
             Ok(()) => {
                 self.asking = Some(ask);
                 self.asked_at = Instant::now();
@@ -958,7 +910,7 @@ impl Followed {
             return self.malformed(format!("{endpoint} sent a reply nobody asked for"), notice);
         };
         match (ask, rest) {
-            (ask, [verb, text]) if verb.as_slice() == b"error" => {
+            (ask, [head, text]) if head.as_slice() == verb::ERROR => {
                 let what = match ask {
                     Ask::Info(_) => "info",
                     Ask::Replay { .. } => "a replay",
@@ -973,15 +925,15 @@ impl Followed {
                     notice,
                 );
             }
-            (Ask::Info(purpose), [verb, body]) if verb.as_slice() == b"info" => {
-                match decode_info(body) {
+            (Ask::Info(purpose), [head, body]) if head.as_slice() == verb::INFO => {
+                match Info::decode(body) {
                     Ok(info) => {
                         self.failing = None;
                         self.on_info(&info, purpose, options, notice);
                     }
                     Err(e) => {
                         self.counters.malformed += 1;
-                        self.fail(e.to_string(), options, notice);
+                        self.fail(e, options, notice);
                     }
                 }
             }
@@ -1013,8 +965,8 @@ impl Followed {
                     started,
                     mut bad,
                 },
-                [verb, payload],
-            ) if verb.as_slice() == b"snapshot" => {
+                [head, payload],
+            ) if head.as_slice() == verb::SNAPSHOT => {
                 self.failing = None;
                 match Checked::new(vec![&[][..], &[0u8; 8][..], payload.as_slice()]) {
                     Ok(page) => {
@@ -1043,8 +995,8 @@ impl Followed {
                     started,
                     bad,
                 },
-                [verb, body],
-            ) if verb.as_slice() == b"snapshot-end" => {
+                [head, body],
+            ) if head.as_slice() == verb::SNAPSHOT_END => {
                 self.end_snapshot(staged, events, started, bad, body, options, notice);
             }
             (ask, rest) => {
@@ -1113,13 +1065,12 @@ impl Followed {
         options: &FollowOptions,
         notice: &mut impl FnMut(Happened),
     ) {
-        let start = from.to_be_bytes();
         let ask = Ask::Replay {
             from,
             until,
             started: Instant::now(),
         };
-        self.send(&[b"", &start], ask, options, notice);
+        self.send(Request::Replay { from }, ask, options, notice);
     }
 
     /// One replayed message: applied if it follows the index and is within what was asked.
@@ -1183,7 +1134,7 @@ impl Followed {
         options: &FollowOptions,
         notice: &mut impl FnMut(Happened),
     ) {
-        let end = decode_snapshot_end(body).and_then(|end| match bad {
+        let end = SnapshotEnd::decode(body).and_then(|end| match bad {
             Some(why) => Err(why),
             None if end.tenant.is_some() => Err(format!(
                 "a snapshot of tenant {} when every tenant was asked for",

@@ -16,8 +16,8 @@ mod follow;
 mod index;
 mod watch;
 
-pub use crate::wire::{Change, Field};
-pub use catchup::{Catchup, Info, ReplayClient};
+pub use crate::wire::{Change, Field, Info};
+pub use catchup::{Catchup, ReplayClient};
 pub use follow::{Counters, FollowOptions, Follower, Happened, Notice, Source, Status};
 pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
 pub use watch::{

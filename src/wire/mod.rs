@@ -7,7 +7,7 @@ mod change;
 mod decode;
 #[cfg(feature = "publisher")]
 pub(crate) mod encode;
-mod replay;
+pub mod replay;
 mod typed;
 mod validate;
 
@@ -15,7 +15,7 @@ pub use change::{Change, Field};
 pub use decode::{decode_message, field, to_json};
 #[cfg(feature = "publisher")]
 pub(crate) use replay::ReplyForm;
-pub use replay::{Replayed, END_OF_REPLAY};
+pub use replay::{Info, Replayed, Request, SnapshotEnd, END_OF_REPLAY};
 pub use typed::{Bytes, Checked, Event, Message};
 pub use validate::{
     Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS, MAX_EVENT_KEYS, MAX_TOPIC_BYTES,

@@ -1,0 +1,40 @@
+//! The replay protocol, both ways: what a subscriber asks the replay socket (a ROUTER beside
+//! the PUB socket) and what it answers, as the publisher writes it and subscribers read it.
+//! docs/spec.md section 11 is the contract.
+//!
+//! Requests are the frames a DEALER sends (the ROUTER sees them after the routing id):
+//! - `["", start_seq]`, `start_seq` 8 bytes big-endian: every retained message with sequence
+//!   at least `start_seq`, in order, in one of the two forms of [`ReplyForm`] (with the topic
+//!   frame, vLLM's since 0.26; or without), then the end of the replay ([`END_OF_REPLAY`]).
+//!   What the publisher no longer holds, or never sent, is absent.
+//! - `["", "snapshot"]` or `["", "snapshot", tenant_id]`: every object readable now (of that
+//!   tenant), as `["", "snapshot", batch]` messages, then `["", "snapshot-end", map]`
+//!   ([`SnapshotEnd`]).
+//! - `["", "info"]`: `["", "info", map]` ([`Info`]), where the stream stands.
+//! - anything else: `["", "error", text]`; so is a request the publisher cannot serve now
+//!   (`text` starts with "busy").
+//!
+//! The maps are msgpack maps with string keys; a reader ignores keys it does not know.
+
+mod maps;
+mod reply;
+mod request;
+
+pub use maps::{Info, SnapshotEnd};
+#[cfg(feature = "publisher")]
+pub(crate) use reply::ReplyForm;
+pub use reply::{Replayed, END_OF_REPLAY};
+pub use request::Request;
+
+/// The verbs of the replay protocol: the second frame of a request or a reply that is not a
+/// replayed message.
+pub mod verb {
+    /// Asks where the stream stands; the reply carries an [`Info`](super::Info) map.
+    pub const INFO: &[u8] = b"info";
+    /// Asks for a snapshot; each reply carries one batch of it.
+    pub const SNAPSHOT: &[u8] = b"snapshot";
+    /// The last reply of a snapshot, with a [`SnapshotEnd`](super::SnapshotEnd) map.
+    pub const SNAPSHOT_END: &[u8] = b"snapshot-end";
+    /// A request refused or failed; the reply carries why, as text.
+    pub const ERROR: &[u8] = b"error";
+}
