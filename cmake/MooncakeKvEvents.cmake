@@ -137,7 +137,7 @@ function(_kv_events_add_cargo_build)
   file(MAKE_DIRECTORY "${include_dir}")
 
   # What cargo reads besides the crate's sources, which its dep-info file lists.
-  set(inputs Cargo.toml Cargo.lock build.rs vendor/zmq-sys/build.rs)
+  set(inputs Cargo.toml Cargo.lock build.rs)
   list(TRANSFORM inputs PREPEND "${root}/")
   # Cargo's dep-info file of the library: every source file and build-script input it read.
   # Ninja and Makefile generators take it as the DEPFILE; others run cargo on every build, and

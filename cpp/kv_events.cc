@@ -30,8 +30,8 @@ using mooncake::kv_events::detail::readable;
 // have the names and order of the C lists, and these that they have the lists' types, and no
 // more fields than the lists.
 namespace check {
-#define KV_EVENTS_TYPE_(type, name, default_value)                                   \
-  static_assert(std::is_same_v<decltype(bridge::Config::name), type>,               \
+#define KV_EVENTS_TYPE_(type, name, default_value)                                                 \
+  static_assert(std::is_same_v<decltype(bridge::Config::name), type>,                              \
                 "bridge::Config::" #name " has not the type of KV_EVENTS_CONFIG_FIELDS");
 #define KV_EVENTS_BOOL_(name, default_value) KV_EVENTS_TYPE_(bool, name, default_value)
 #define KV_EVENTS_U32_(name, default_value) KV_EVENTS_TYPE_(uint32_t, name, default_value)
@@ -39,8 +39,8 @@ namespace check {
 #define KV_EVENTS_STRING_(name, default_value) KV_EVENTS_TYPE_(rust::String, name, default_value)
 KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_BOOL_, KV_EVENTS_U32_, KV_EVENTS_U64_, KV_EVENTS_STRING_)
 #undef KV_EVENTS_TYPE_
-#define KV_EVENTS_TYPE_(name, kind, help)                                                \
-  static_assert(std::is_same_v<decltype(bridge::Stats::name), KV_EVENTS_STAT_TYPE_##kind>, \
+#define KV_EVENTS_TYPE_(name, kind, help)                                                          \
+  static_assert(std::is_same_v<decltype(bridge::Stats::name), KV_EVENTS_STAT_TYPE_##kind>,         \
                 "bridge::Stats::" #name " has not the type of KV_EVENTS_STATS_FIELDS");
 KV_EVENTS_STATS_FIELDS(KV_EVENTS_TYPE_)
 #undef KV_EVENTS_TYPE_
@@ -178,15 +178,15 @@ int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_i
     return KV_EVENTS_ERR_INVALID_ARGUMENT;
   }
   // Not the delta from no medium: a commit with no medium is the master's mistake, counted.
-  publisher->rust->on_put_commit(bytes(tenant_id), tenant_id_len, bytes(object_key),
-                                 object_key_len, bytes(group_id), group_id_len, media);
+  publisher->rust->on_put_commit(bytes(tenant_id), tenant_id_len, bytes(object_key), object_key_len,
+                                 bytes(group_id), group_id_len, media);
   return KV_EVENTS_OK;
 }
 
 int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
-                              size_t tenant_id_len, const char* object_key,
-                              size_t object_key_len, const char* group_id, size_t group_id_len,
-                              uint8_t before, uint8_t after) {
+                              size_t tenant_id_len, const char* object_key, size_t object_key_len,
+                              const char* group_id, size_t group_id_len, uint8_t before,
+                              uint8_t after) {
   if (publisher == nullptr || !readable(tenant_id, tenant_id_len) ||
       !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
     return KV_EVENTS_ERR_INVALID_ARGUMENT;

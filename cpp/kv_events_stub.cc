@@ -43,13 +43,13 @@ constexpr char kStatusJson[] =
     "{\"built_with_kv_events\":false" KV_EVENTS_STATS_FIELDS(KV_EVENTS_JSON_) "}";
 
 // One metric at 0: its help, its type, its sample.
-#define KV_EVENTS_METRIC_(metric, type, help) \
+#define KV_EVENTS_METRIC_(metric, type, help)                                                      \
   "# HELP " metric " " help "\n# TYPE " metric " " type "\n" metric " 0\n"
-#define KV_EVENTS_SAMPLE_flag(name, help) \
+#define KV_EVENTS_SAMPLE_flag(name, help)                                                          \
   KV_EVENTS_METRIC_("mooncake_kv_events_" #name, "gauge", help)
-#define KV_EVENTS_SAMPLE_counter(name, help) \
+#define KV_EVENTS_SAMPLE_counter(name, help)                                                       \
   KV_EVENTS_METRIC_("mooncake_kv_events_" #name "_total", "counter", help)
-#define KV_EVENTS_SAMPLE_gauge(name, help) \
+#define KV_EVENTS_SAMPLE_gauge(name, help)                                                         \
   KV_EVENTS_METRIC_("mooncake_kv_events_" #name, "gauge", help)
 #define KV_EVENTS_SAMPLE_info(name, help)
 #define KV_EVENTS_SAMPLE_(name, kind, help) KV_EVENTS_SAMPLE_##kind(name, help)
@@ -57,24 +57,26 @@ constexpr char kStatusJson[] =
 #define KV_EVENTS_INFO_flag(name, help)
 #define KV_EVENTS_INFO_counter(name, help)
 #define KV_EVENTS_INFO_gauge(name, help)
-#define KV_EVENTS_INFO_info(name, help)                                                 \
-  "# HELP mooncake_kv_events_" #name "_info " help "\n# TYPE mooncake_kv_events_" #name \
+#define KV_EVENTS_INFO_info(name, help)                                                            \
+  "# HELP mooncake_kv_events_" #name "_info " help "\n# TYPE mooncake_kv_events_" #name            \
   "_info gauge\nmooncake_kv_events_" #name "_info{" #name "=\"0\"} 1\n"
 #define KV_EVENTS_INFO_(name, kind, help) KV_EVENTS_INFO_##kind(name, help)
 // Then the build: this library's version, and no libzmq (so no CURVE) behind it.
 #define KV_EVENTS_TEXT_(x) #x
 #define KV_EVENTS_NUMBER_(x) KV_EVENTS_TEXT_(x)
-#define KV_EVENTS_VERSION_TEXT_                        \
-  KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_MAJOR)  \
-  "." KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_MINOR) \
-  "." KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_PATCH)
+#define KV_EVENTS_VERSION_TEXT_                                                                    \
+  KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_MAJOR)                                              \
+  "." KV_EVENTS_NUMBER_(MOONCAKE_KV_EVENTS_VERSION_MINOR) "." KV_EVENTS_NUMBER_(                   \
+      MOONCAKE_KV_EVENTS_VERSION_PATCH)
 #define KV_EVENTS_BUILD_INFO_ "mooncake_kv_events_build_info"
-constexpr char kMetricsText[] =
-    KV_EVENTS_STATS_FIELDS(KV_EVENTS_SAMPLE_) KV_EVENTS_STATS_FIELDS(KV_EVENTS_INFO_)
-    "# HELP " KV_EVENTS_BUILD_INFO_
-    " The library's version, its libzmq's (empty in a build without events) and whether that "
-    "has CURVE, as labels.\n# TYPE " KV_EVENTS_BUILD_INFO_ " gauge\n" KV_EVENTS_BUILD_INFO_
-    "{version=\"" KV_EVENTS_VERSION_TEXT_ "\",libzmq=\"\",curve=\"false\"} 1\n";
+constexpr char kMetricsText[] = KV_EVENTS_STATS_FIELDS(KV_EVENTS_SAMPLE_)
+    KV_EVENTS_STATS_FIELDS(KV_EVENTS_INFO_) "# HELP " KV_EVENTS_BUILD_INFO_
+                                            " The library's version, its libzmq's (empty in a "
+                                            "build without events) and whether that "
+                                            "has CURVE, as labels.\n# TYPE " KV_EVENTS_BUILD_INFO_
+                                            " gauge\n" KV_EVENTS_BUILD_INFO_
+                                            "{version=\"" KV_EVENTS_VERSION_TEXT_
+                                            "\",libzmq=\"\",curve=\"false\"} 1\n";
 
 // The installed sink, guarded by sink_mutex; a NULL write is stderr.
 pthread_mutex_t sink_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -103,9 +105,10 @@ int kv_events_create(const kv_events_config* config, size_t config_size,
   *publisher = static_cast<kv_events_publisher*>(std::calloc(1, sizeof(kv_events_publisher)));
   if (*publisher == nullptr) return KV_EVENTS_ERR_NO_MEMORY;
   if (mooncake::kv_events::detail::config_of(config, config_size).enable_kv_events) {
-    warn("kv events: enable_kv_events is true, but this master was built with "
-         "ENABLE_KV_EVENTS=OFF: no events will be published (rebuild with "
-         "-DENABLE_KV_EVENTS=ON to publish them)");
+    warn(
+        "kv events: enable_kv_events is true, but this master was built with "
+        "ENABLE_KV_EVENTS=OFF: no events will be published (rebuild with "
+        "-DENABLE_KV_EVENTS=ON to publish them)");
   }
   return KV_EVENTS_OK;
 }
@@ -126,9 +129,8 @@ int kv_events_on_put_commit(kv_events_publisher* publisher, const char* tenant_i
 }
 
 int kv_events_on_medium_delta(kv_events_publisher* publisher, const char* tenant_id,
-                              size_t tenant_id_len, const char* object_key,
-                              size_t object_key_len, const char* group_id, size_t group_id_len,
-                              uint8_t, uint8_t) {
+                              size_t tenant_id_len, const char* object_key, size_t object_key_len,
+                              const char* group_id, size_t group_id_len, uint8_t, uint8_t) {
   // The same answers as the real library, so that a caller's error handling is tested here too.
   if (publisher == nullptr || !readable(tenant_id, tenant_id_len) ||
       !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {

@@ -80,14 +80,14 @@ TEST(Config, HasTheDefaultsAndKindsOfTheCApiList) {
   const kv::Config config;
   kv_events_config c;
   kv_events_config_init(&c, sizeof c);
-#define KV_EVENTS_TEST_(type, name)                                   \
-  static_assert(std::is_same_v<decltype(kv::Config::name), type>); \
+#define KV_EVENTS_TEST_(type, name)                                                                \
+  static_assert(std::is_same_v<decltype(kv::Config::name), type>);                                 \
   EXPECT_EQ(config.name, c.name) << #name;
 #define KV_EVENTS_TEST_BOOL_(name, default_value) KV_EVENTS_TEST_(bool, name)
 #define KV_EVENTS_TEST_U32_(name, default_value) KV_EVENTS_TEST_(uint32_t, name)
 #define KV_EVENTS_TEST_U64_(name, default_value) KV_EVENTS_TEST_(uint64_t, name)
-#define KV_EVENTS_TEST_STRING_(name, default_value)                     \
-  static_assert(std::is_same_v<decltype(kv::Config::name), std::string>); \
+#define KV_EVENTS_TEST_STRING_(name, default_value)                                                \
+  static_assert(std::is_same_v<decltype(kv::Config::name), std::string>);                          \
   EXPECT_EQ(config.name, c.name == nullptr ? "" : c.name) << #name;
   KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_TEST_BOOL_, KV_EVENTS_TEST_U32_, KV_EVENTS_TEST_U64_,
                           KV_EVENTS_TEST_STRING_)
@@ -96,8 +96,8 @@ TEST(Config, HasTheDefaultsAndKindsOfTheCApiList) {
 // The header's Stats has the C struct's members, of its types, at zero.
 TEST(Stats, HasTheMembersOfTheCApiListAtZero) {
   const kv::Stats stats;
-#define KV_EVENTS_TEST_STAT_(name, kind, help)                                               \
-  static_assert(std::is_same_v<decltype(kv::Stats::name), decltype(kv_events_stats::name)>); \
+#define KV_EVENTS_TEST_STAT_(name, kind, help)                                                     \
+  static_assert(std::is_same_v<decltype(kv::Stats::name), decltype(kv_events_stats::name)>);       \
   EXPECT_EQ(stats.name, decltype(stats.name){}) << #name;
   KV_EVENTS_STATS_FIELDS(KV_EVENTS_TEST_STAT_)
 }
@@ -127,7 +127,7 @@ TEST(Config, WhoMayReadTheStreamDefaultsToTodaysPlainStream) {
 }
 
 TEST(DisabledPublisher, EveryCallReturnsAtOnceAndDoesNothing) {
-  kv::Config config;  // enable_kv_events = false
+  kv::Config config;          // enable_kv_events = false
   config.queue_capacity = 0;  // a disabled config is valid whatever it holds
   const auto publisher = kv::Publisher::create(config);
   ASSERT_NE(publisher, nullptr);
@@ -162,10 +162,10 @@ TEST(DisabledPublisher, StatusJsonIsOneObjectWithEveryStatsField) {
   const std::string json = kv::Publisher::create({})->status_json();
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.back(), '}');
-  for (const char* key : {"built_with_kv_events", "enabled", "published_batches",
-                          "published_events", "dropped_events", "skipped_keyless_events",
-                          "cleared_suppressed", "send_failures", "queue_depth",
-                          "queue_capacity", "last_sequence", "refused_handshakes"}) {
+  for (const char* key :
+       {"built_with_kv_events", "enabled", "published_batches", "published_events",
+        "dropped_events", "skipped_keyless_events", "cleared_suppressed", "send_failures",
+        "queue_depth", "queue_capacity", "last_sequence", "refused_handshakes"}) {
     EXPECT_NE(json.find(std::string("\"") + key + "\":"), std::string::npos) << key << json;
   }
 }

@@ -67,7 +67,8 @@ TEST(MediumDelta, EveryShapeRemovesBeforeStoresCpuBeforeDisk) {
       session.publisher().on_medium_delta("t", key, "g", sets[b], sets[a]);
       for (Medium m : {Medium::kCpu, Medium::kDisk}) {
         if (sets[b].contains(m) && !sets[a].contains(m)) {
-          expected.push_back(std::string("removed ") + (m == Medium::kCpu ? "cpu " : "disk ") + key);
+          expected.push_back(std::string("removed ") + (m == Medium::kCpu ? "cpu " : "disk ") +
+                             key);
         }
       }
       for (Medium m : {Medium::kCpu, Medium::kDisk}) {
@@ -149,8 +150,8 @@ TEST(RemoveAll, ADeltaThatAddsAMediumSuppressesOneThatOnlyRemovesDoesNot) {
   Session session;
   kv::Publisher& p = session.publisher();
   const kv::RemoveAllScan scan = p.begin_remove_all();
-  p.on_medium_delta("a", "moved", "", kCpu, kDisk);   // adds disk to tenant a
-  p.on_medium_delta("b", "gone", "", kBoth, kDisk);   // only removes
+  p.on_medium_delta("a", "moved", "", kCpu, kDisk);  // adds disk to tenant a
+  p.on_medium_delta("b", "gone", "", kBoth, kDisk);  // only removes
   p.on_remove_all(scan, "a", 1, 0);
   p.on_remove_all(scan, "b", 1, 0);
   EXPECT_EQ(summaries(session.collect_events()),
@@ -244,11 +245,11 @@ TEST(Status, JsonHasEveryStatsFieldAndSaysEventsAreBuiltIn) {
   session.publisher().on_put_commit("t", "k", "", kCpu);
   session.collect();
   const std::string json = session.publisher().status_json();
-  for (const char* field : {"\"built_with_kv_events\":true", "\"enabled\":true",
-                            "\"published_batches\":1", "\"published_events\":1",
-                            "\"dropped_events\":0", "\"skipped_keyless_events\":0",
-                            "\"cleared_suppressed\":0", "\"send_failures\":0",
-                            "\"queue_capacity\":65536", "\"last_sequence\":1"}) {
+  for (const char* field :
+       {"\"built_with_kv_events\":true", "\"enabled\":true", "\"published_batches\":1",
+        "\"published_events\":1", "\"dropped_events\":0", "\"skipped_keyless_events\":0",
+        "\"cleared_suppressed\":0", "\"send_failures\":0", "\"queue_capacity\":65536",
+        "\"last_sequence\":1"}) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
   }
   EXPECT_NE(json.find("\"queue_depth\":"), std::string::npos) << json;

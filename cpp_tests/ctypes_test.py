@@ -51,13 +51,24 @@ class Config(ctypes.Structure):
 def load(path):
     lib = ctypes.CDLL(path)
     lib.kv_events_config_init.argtypes = [ctypes.POINTER(Config), ctypes.c_size_t]
-    lib.kv_events_create.argtypes = [ctypes.POINTER(Config), ctypes.c_size_t,
-                                     ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p,
-                                     ctypes.c_size_t]
+    lib.kv_events_create.argtypes = [
+        ctypes.POINTER(Config),
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_void_p),
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+    ]
     lib.kv_events_create.restype = ctypes.c_int
-    lib.kv_events_on_put_commit.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t,
-                                            ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
-                                            ctypes.c_size_t, ctypes.c_uint8]
+    lib.kv_events_on_put_commit.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_uint8,
+    ]
     lib.kv_events_on_put_commit.restype = ctypes.c_int
     lib.kv_events_flush.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
     lib.kv_events_flush.restype = ctypes.c_int
@@ -77,8 +88,9 @@ def main():
     config.backend_id = b"python-store"
     publisher = ctypes.c_void_p()
     error = ctypes.create_string_buffer(512)
-    status = lib.kv_events_create(ctypes.byref(config), ctypes.sizeof(config),
-                                  ctypes.byref(publisher), error, len(error))
+    status = lib.kv_events_create(
+        ctypes.byref(config), ctypes.sizeof(config), ctypes.byref(publisher), error, len(error)
+    )
     assert status == 0, f"kv_events_create: {status} {error.value!r}"
 
     context = zmq.Context()
@@ -100,8 +112,14 @@ def main():
     assert topic == b"" and int.from_bytes(sequence, "big") == 1, (topic, sequence)
     assert len(events) == 1, events
     event = events[0]
-    expected = {"event_type": "stored", "medium": "cpu", "object_key": "py-key",
-                "tenant_id": "tenant-p", "group_id": "g", "backend_id": "python-store"}
+    expected = {
+        "event_type": "stored",
+        "medium": "cpu",
+        "object_key": "py-key",
+        "tenant_id": "tenant-p",
+        "group_id": "g",
+        "backend_id": "python-store",
+    }
     for field, value in expected.items():
         assert event[field] == value, (field, event)
     assert event["timestamp"] == timestamp and dp_rank == 0

@@ -1,6 +1,6 @@
-// Several master threads make random operations of the calls' table (docs/spec.md section 3) on overlapping
-// keys, through the reference model. A subscriber that applies the decoded stream to an index
-// keyed by (tenant, key, medium) must end with exactly the media the model holds; so must
+// Several master threads make random operations of the calls' table (docs/spec.md section 3) on
+// overlapping keys, through the reference model. A subscriber that applies the decoded stream to an
+// index keyed by (tenant, key, medium) must end with exactly the media the model holds; so must
 // each subscriber that joins mid-run with a snapshot (the model as the object source) and
 // then applies the stream after the snapshot's sequence.
 
@@ -199,8 +199,7 @@ void run_thread(Master& master, Checkpoints& checkpoints, int thread, uint64_t s
         break;
       }
       case 6:
-        if (master.upsert_start(tenant, key, group, placements()) == kOk &&
-            chance(80)) {
+        if (master.upsert_start(tenant, key, group, placements()) == kOk && chance(80)) {
           master.put_end(tenant, key);
         }
         break;
@@ -241,9 +240,7 @@ void run_thread(Master& master, Checkpoints& checkpoints, int thread, uint64_t s
         break;
       case 18: master.cleanup_stale_handles(tenant, key); break;
       case 19: master.remove(tenant, key); break;
-      case 20:
-        master.batch_remove(tenant, {key, all_keys[pick(all_keys.size())]});
-        break;
+      case 20: master.batch_remove(tenant, {key, all_keys[pick(all_keys.size())]}); break;
       case 21:
         if (chance(50)) {
           master.remove_by_regex(tenant, "^obj-1");
@@ -370,15 +367,14 @@ void run_workload(const master_model::Options& options, uint64_t seed) {
     // what it got wrong.
     for (size_t j = 0; j < joiners.size() && !diverged; ++j) {
       if (!agrees(joiners[j].first.index, master, round)) {
-        ADD_FAILURE() << "the subscriber that joined after round " << kJoinRounds[j]
-                      << " (S " << joiners[j].first.sequence << ")";
+        ADD_FAILURE() << "the subscriber that joined after round " << kJoinRounds[j] << " (S "
+                      << joiners[j].first.sequence << ")";
         diverged = true;
       }
     }
     if (round < kRounds - 1) checkpoints.release(round);
     // Joins while the threads go on with the next round.
-    if (std::find(std::begin(kJoinRounds), std::end(kJoinRounds), round) !=
-        std::end(kJoinRounds)) {
+    if (std::find(std::begin(kJoinRounds), std::end(kJoinRounds), round) != std::end(kJoinRounds)) {
       LateJoiner joiner = take_snapshot(config.replay_endpoint);
       EXPECT_TRUE(joiner.complete) << "the snapshot after round " << round;
       if (joiner.complete) joiners.emplace_back(std::move(joiner), 0);
@@ -412,8 +408,9 @@ TEST(MasterConcurrency, RandomOperationsUnderHaWithLogFailuresReplayToTheModelsM
   auto calls = std::make_shared<std::atomic<uint64_t>>(0);
   options.oplog_fault = [calls](const std::string&, const std::string&) {
     const uint64_t n = ++*calls;
-    return n % 23 == 0 ? OplogFault::kReserve : n % 29 == 0 ? OplogFault::kAppend
-                                                           : OplogFault::kNone;
+    return n % 23 == 0   ? OplogFault::kReserve
+           : n % 29 == 0 ? OplogFault::kAppend
+                         : OplogFault::kNone;
   };
   run_workload(options, 77);
 }

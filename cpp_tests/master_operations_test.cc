@@ -1,6 +1,6 @@
-// The calls' table (docs/spec.md section 3), row by row, from a master wired as docs/wiring.md says: the reference
-// model in master_model/ makes each master operation, and each test reads the real stream
-// and compares it with the exact events the table prescribes.
+// The calls' table (docs/spec.md section 3), row by row, from a master wired as docs/wiring.md
+// says: the reference model in master_model/ makes each master operation, and each test reads the
+// real stream and compares it with the exact events the table prescribes.
 
 #include <gtest/gtest.h>
 
@@ -21,14 +21,14 @@
 namespace {
 
 using namespace kv_events_test;
+using kv::Medium;
+using kv::MediumSet;
 using master_model::Durability;
 using master_model::Master;
 using master_model::OplogFault;
 using master_model::Placement;
 using master_model::RemoveAllCounts;
 using master_model::Status;
-using kv::Medium;
-using kv::MediumSet;
 using RK = kv::ReplicaKind;
 using Lines = std::vector<std::string>;
 
@@ -93,8 +93,8 @@ std::vector<std::string> loop_order(const Master& master, const std::string& ten
 }
 
 // A key of `tenant` whose shard satisfies `wanted`.
-std::string key_in_shard(const Master& master, const std::string& tenant,
-                         const std::string& prefix, const std::function<bool(size_t)>& wanted) {
+std::string key_in_shard(const Master& master, const std::string& tenant, const std::string& prefix,
+                         const std::function<bool(size_t)>& wanted) {
   for (int i = 0;; ++i) {
     const std::string key = prefix + std::to_string(i);
     if (wanted(master.shard_of(tenant, key))) return key;
@@ -123,8 +123,7 @@ TEST(PutCommit, BatchPutStoresEachCommittedObject) {
   EXPECT_EQ(started, (std::vector<Status>{Status::kOk, Status::kOk, Status::kOk}));
   EXPECT_EQ(s.lines(), Lines{});
   s.master().batch_put_end("t", {"a", "b", "c"});
-  EXPECT_EQ(s.lines(),
-            (Lines{"stored cpu a", "stored disk b", "stored cpu c", "stored disk c"}));
+  EXPECT_EQ(s.lines(), (Lines{"stored cpu a", "stored disk b", "stored cpu c", "stored disk c"}));
 }
 
 TEST(PutCommit, ASecondCommitReannouncesWhatIsAlreadyAnnounced) {
@@ -333,9 +332,9 @@ TEST(StaleHandles, CleanupRemovesTheMediaOfUnmountedSegments) {
 
 TEST(ClientCleanup, RemovesTheDeadClientsReplicasFromEveryObject) {
   MasterSession s;
-  s.commit("t", "x", {kMemA});          // loses its only replica: erased
-  s.commit("t", "y", {kMemA, kMemC});   // keeps a memory replica: nothing
-  s.commit("t", "z", {kMemA, kSsdB});   // loses cpu, keeps disk
+  s.commit("t", "x", {kMemA});         // loses its only replica: erased
+  s.commit("t", "y", {kMemA, kMemC});  // keeps a memory replica: nothing
+  s.commit("t", "z", {kMemA, kSsdB});  // loses cpu, keeps disk
   s.lines();
   EXPECT_EQ(s.master().remove_client_segment("mem-a"), 3u);
   Lines expected;
@@ -351,7 +350,7 @@ TEST(ClientCleanup, RemovesTheDeadClientsReplicasFromEveryObject) {
 TEST(ClientCleanup, AReplicaStillProcessingContributesNothing) {
   MasterSession s;
   s.commit("t", "k", {kMemC});
-  ASSERT_EQ(s.master().copy_start("t", "k", kSsd), Status::kOk);       // on the dead client
+  ASSERT_EQ(s.master().copy_start("t", "k", kSsd), Status::kOk);         // on the dead client
   ASSERT_EQ(s.master().put_start("t", "p", "g", {kMemA}), Status::kOk);  // uncommitted
   EXPECT_EQ(s.lines(), (Lines{"stored cpu k"}));
   s.master().remove_client_segment("ssd-a");
@@ -621,8 +620,8 @@ void expect_no_cleared_after_stored(const std::vector<Value>& events, const std:
     if (event.at("tenant_id").bytes() != tenant) continue;
     const std::string& type = event.at("event_type").as_str();
     if (type == "stored") stored = true;
-    EXPECT_FALSE(type == "cleared" && stored) << "a cleared of " << tenant
-                                              << " after a stored that came after the scan";
+    EXPECT_FALSE(type == "cleared" && stored)
+        << "a cleared of " << tenant << " after a stored that came after the scan";
   }
 }
 

@@ -27,8 +27,7 @@ class Reader {
     if ((tag & 0xf0) == 0x90) return array(tag & 0x0f, true, depth);
     if ((tag & 0xe0) == 0xa0) return str(Value::Type::kStr, tag & 0x1f, true);
     switch (tag) {
-      case 0xc0:
-        return v;
+      case 0xc0: return v;
       case 0xc2:
       case 0xc3:
         v.type_ = Value::Type::kBool;
@@ -191,22 +190,14 @@ Value decode(std::string_view data) {
 
 const char* type_name(Value::Type type) {
   switch (type) {
-    case Value::Type::kNil:
-      return "nil";
-    case Value::Type::kBool:
-      return "bool";
-    case Value::Type::kUint:
-      return "uint";
-    case Value::Type::kInt:
-      return "int";
-    case Value::Type::kStr:
-      return "str";
-    case Value::Type::kBin:
-      return "bin";
-    case Value::Type::kArray:
-      return "array";
-    case Value::Type::kMap:
-      return "map";
+    case Value::Type::kNil: return "nil";
+    case Value::Type::kBool: return "bool";
+    case Value::Type::kUint: return "uint";
+    case Value::Type::kInt: return "int";
+    case Value::Type::kStr: return "str";
+    case Value::Type::kBin: return "bin";
+    case Value::Type::kArray: return "array";
+    case Value::Type::kMap: return "map";
   }
   return "?";
 }
@@ -306,18 +297,12 @@ std::string Value::debug_string() const {
     return out + "\"";
   };
   switch (type_) {
-    case Type::kNil:
-      return "nil";
-    case Type::kBool:
-      return boolean_ ? "true" : "false";
-    case Type::kUint:
-      return std::to_string(uint_);
-    case Type::kInt:
-      return "int:" + std::to_string(int_);
-    case Type::kStr:
-      return quoted(bytes_);
-    case Type::kBin:
-      return "bin:" + quoted(bytes_);
+    case Type::kNil: return "nil";
+    case Type::kBool: return boolean_ ? "true" : "false";
+    case Type::kUint: return std::to_string(uint_);
+    case Type::kInt: return "int:" + std::to_string(int_);
+    case Type::kStr: return quoted(bytes_);
+    case Type::kBin: return "bin:" + quoted(bytes_);
     case Type::kArray: {
       std::string out = "[";
       for (size_t i = 0; i < array_.size(); ++i) {
@@ -328,8 +313,8 @@ std::string Value::debug_string() const {
     case Type::kMap: {
       std::string out = "{";
       for (size_t i = 0; i < map_.size(); ++i) {
-        out += (i ? ", " : "") + map_[i].first.debug_string() + ": " +
-               map_[i].second.debug_string();
+        out +=
+            (i ? ", " : "") + map_[i].first.debug_string() + ": " + map_[i].second.debug_string();
       }
       return out + "}";
     }

@@ -25,11 +25,11 @@ class Value {
 
   bool is_nil() const { return type_ == Type::kNil; }
   bool as_bool() const;
-  uint64_t as_uint() const;            // kUint only
-  int64_t as_int() const;              // kInt only (a negative or non-minimal signed format)
-  const std::string& as_str() const;   // kStr only
-  const std::string& as_bin() const;   // kBin only
-  const std::string& bytes() const;    // kStr or kBin
+  uint64_t as_uint() const;           // kUint only
+  int64_t as_int() const;             // kInt only (a negative or non-minimal signed format)
+  const std::string& as_str() const;  // kStr only
+  const std::string& as_bin() const;  // kBin only
+  const std::string& bytes() const;   // kStr or kBin
   const std::vector<Value>& as_array() const;
   const std::vector<std::pair<Value, Value>>& as_map() const;
 

@@ -87,7 +87,7 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   for (int i = 0; i < 10000; ++i) {
     publisher->on_put_commit("t", "key-" + std::to_string(i), "", {Medium::kCpu});
   }
-  publisher->on_put_commit("t", "", "", {Medium::kCpu});           // keyless
+  publisher->on_put_commit("t", "", "", {Medium::kCpu});               // keyless
   publisher->on_remove_all(publisher->begin_remove_all(), "t", 0, 0);  // suppressed
   ASSERT_TRUE(publisher->flush(std::chrono::seconds(10)));
   const kv::Stats stats = publisher->stats();
@@ -108,8 +108,8 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   EXPECT_EQ(values.at(p + "replay_buffer_bytes"), 0u);  // no replay socket configured
   // The incarnation rides in a label: a sample's float would round a 64-bit id.
   EXPECT_NE(stats.incarnation, 0u);
-  EXPECT_EQ(values.at(p + "incarnation_info{incarnation=\"" +
-                      std::to_string(stats.incarnation) + "\"}"),
+  EXPECT_EQ(values.at(p + "incarnation_info{incarnation=\"" + std::to_string(stats.incarnation) +
+                      "\"}"),
             1u);
   EXPECT_EQ(values.at(p + "subscribers"), stats.subscribers);
   EXPECT_EQ(values.at(p + "invalid_media_calls_total"), 0u);

@@ -91,11 +91,11 @@ std::string shown(const std::string& bytes) {
 
 // One event the model expects, with the fields a call decides.
 struct Expected {
-  std::string type;    // "stored", "removed" or "cleared"
-  std::string medium;  // "cpu" or "disk"; empty for cleared
-  std::string tenant;  // as on the wire: an empty tenant is "default"
-  std::string key;     // stored/removed only
-  std::string group;   // stored/removed only; empty is nil
+  std::string type;       // "stored", "removed" or "cleared"
+  std::string medium;     // "cpu" or "disk"; empty for cleared
+  std::string tenant;     // as on the wire: an empty tenant is "default"
+  std::string key;        // stored/removed only
+  std::string group;      // stored/removed only; empty is nil
   bool optional = false;  // a cleared the rules allow but do not require (see Caller)
   uint64_t call = 0;      // which call of its thread made it
 
@@ -204,12 +204,12 @@ class Caller {
     }
   }
 
-  std::vector<Expected> expected;       // in call order
-  uint64_t skipped_keyless = 0;         // stored/removed suppressed for an empty key
-  uint64_t invalid_media = 0;           // Put commits with no medium
-  uint64_t remove_all_results = 0;      // on_remove_all calls
-  uint64_t cleared_allowed = 0;         // of those, the ones the rules let emit `cleared`
-  uint64_t records = 0;                 // queue slots the calls took, at most
+  std::vector<Expected> expected;   // in call order
+  uint64_t skipped_keyless = 0;     // stored/removed suppressed for an empty key
+  uint64_t invalid_media = 0;       // Put commits with no medium
+  uint64_t remove_all_results = 0;  // on_remove_all calls
+  uint64_t cleared_allowed = 0;     // of those, the ones the rules let emit `cleared`
+  uint64_t records = 0;             // queue slots the calls took, at most
 
  private:
   struct Mutation {
@@ -240,27 +240,22 @@ class Caller {
   // A key's bytes after the tag: printable, random, UTF-8 text, broken UTF-8, NULs, a few
   // hundred bytes, one seen before, or (rarely) about 64 KiB, around the 16-bit length limit.
   std::string key_body() {
-    static const std::vector<std::string> kText = {"a", "/", "\xc3\xa9", "\xe2\x82\xac",
-                                                   "\xf0\x9d\x84\x9e", std::string(1, '\0')};
-    static const std::vector<std::string> kBroken = {
-        "\xff",         "\x80",         "\xc0\xaf",     "\xed\xa0\x80", "\xe2\x82",
-        "\xf4\x90\x80\x80", "\xf0\x9f\x98", "\xc3"};
+    static const std::vector<std::string> kText = {
+        "a", "/", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9d\x84\x9e", std::string(1, '\0')};
+    static const std::vector<std::string> kBroken = {"\xff",         "\x80",     "\xc0\xaf",
+                                                     "\xed\xa0\x80", "\xe2\x82", "\xf4\x90\x80\x80",
+                                                     "\xf0\x9f\x98", "\xc3"};
     switch (below(8)) {
-      case 0:
-        return ascii(below(41));
-      case 1:
-        return random_bytes(below(301));
+      case 0: return ascii(below(41));
+      case 1: return random_bytes(below(301));
       case 2: {
         std::string out;
         for (uint64_t n = below(30); n > 0; --n) out += pick(kText);
         return out;
       }
-      case 3:
-        return ascii(below(5)) + pick(kBroken) + ascii(below(5));
-      case 4:
-        return chance(50) ? std::string(1 + below(20), '\0') : std::string("a\0b\0", 4);
-      case 5:
-        return random_bytes(200 + below(300));
+      case 3: return ascii(below(5)) + pick(kBroken) + ascii(below(5));
+      case 4: return chance(50) ? std::string(1 + below(20), '\0') : std::string("a\0b\0", 4);
+      case 5: return random_bytes(200 + below(300));
       case 6:
         if (!keys_.empty()) return pick(keys_);
         return "";
@@ -393,9 +388,9 @@ class Caller {
   const std::string tag_;
   const std::vector<std::string> own_;
   uint64_t calls_ = 0;
-  std::vector<std::string> keys_;                                // bodies to reuse
-  std::vector<std::pair<kv::RemoveAllScan, uint64_t>> scans_;    // token, call it began at
-  std::map<std::string, uint64_t> last_added_;                   // own tenant -> call
+  std::vector<std::string> keys_;                              // bodies to reuse
+  std::vector<std::pair<kv::RemoveAllScan, uint64_t>> scans_;  // token, call it began at
+  std::map<std::string, uint64_t> last_added_;                 // own tenant -> call
   std::optional<Mutation> last_;
 };
 
@@ -538,17 +533,17 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
       } else if (!expected[e].optional) {
         ADD_FAILURE() << "expected event " << e << " of the model (call " << expected[e].call
                       << "): " << expected[e].describe() << "\n  stream event "
-                      << (a < actual.size() ? std::to_string(actual[a] + 1) + ": " +
-                                                  describe(events[actual[a]])
-                                            : std::string("none"))
+                      << (a < actual.size()
+                              ? std::to_string(actual[a] + 1) + ": " + describe(events[actual[a]])
+                              : std::string("none"))
                       << "\n  differs in: " << why;
         failed = true;
         break;
       }
     }
     if (a < actual.size() && !failed) {
-      ADD_FAILURE() << "stream event " << actual[a] + 1 << " is not in the model: "
-                    << describe(events[actual[a]]);
+      ADD_FAILURE() << "stream event " << actual[a] + 1
+                    << " is not in the model: " << describe(events[actual[a]]);
     }
     for (size_t e = 1; e < expected.size(); ++e) {
       if (expected[e].call != expected[e - 1].call || position[e] == SIZE_MAX) continue;
@@ -568,15 +563,16 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
   EXPECT_EQ(stats.invalid_media_calls, invalid_media);
   EXPECT_LE(outcome.cleared, cleared_allowed);
   EXPECT_EQ(stats.cleared_suppressed, remove_all_results - outcome.cleared);
-  std::printf("random_calls_test: %d threads x %llu calls: %llu events in %llu messages, "
-              "%llu keyless skipped, %llu of %llu allowed cleared emitted, %llu suppressed\n",
-              threads, static_cast<unsigned long long>(calls),
-              static_cast<unsigned long long>(events.size()),
-              static_cast<unsigned long long>(messages.size()),
-              static_cast<unsigned long long>(skipped_keyless),
-              static_cast<unsigned long long>(outcome.cleared),
-              static_cast<unsigned long long>(cleared_allowed),
-              static_cast<unsigned long long>(stats.cleared_suppressed));
+  std::printf(
+      "random_calls_test: %d threads x %llu calls: %llu events in %llu messages, "
+      "%llu keyless skipped, %llu of %llu allowed cleared emitted, %llu suppressed\n",
+      threads, static_cast<unsigned long long>(calls),
+      static_cast<unsigned long long>(events.size()),
+      static_cast<unsigned long long>(messages.size()),
+      static_cast<unsigned long long>(skipped_keyless),
+      static_cast<unsigned long long>(outcome.cleared),
+      static_cast<unsigned long long>(cleared_allowed),
+      static_cast<unsigned long long>(stats.cleared_suppressed));
   return outcome;
 }
 

@@ -104,9 +104,9 @@ TEST(Security, EachBadFlagIsInvalidArgumentNamingItAndNoKey) {
   KeyDir dir;
   CurveSetup setup(dir);
   const std::string secret = setup.server.secret_key;
-  const std::string bad_key = dir.write(
-      "bad.key", "secret-key = \"" + secret.substr(0, 39) + "~\"\npublic-key = \"" +
-                     setup.server.public_key + "\"\n");
+  const std::string bad_key =
+      dir.write("bad.key", "secret-key = \"" + secret.substr(0, 39) + "~\"\npublic-key = \"" +
+                               setup.server.public_key + "\"\n");
   dir.mkdir("empty");
 
   struct Case {
@@ -181,8 +181,7 @@ TEST(Security, ASubscriberNotOnTheListReadsNothingAndIsCounted) {
   const std::string status = session.publisher().status_json();
   EXPECT_EQ(status.find("\"refused_handshakes\":0"), std::string::npos) << status;
   EXPECT_EQ(status.find(setup.server.secret_key), std::string::npos);
-  EXPECT_EQ(session.publisher().metrics_text().find(setup.server.secret_key),
-            std::string::npos);
+  EXPECT_EQ(session.publisher().metrics_text().find(setup.server.secret_key), std::string::npos);
 }
 
 TEST(Security, AnIpcSocketFileHasTheConfiguredMode) {

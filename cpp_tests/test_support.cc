@@ -11,8 +11,7 @@ namespace kv_events_test {
 
 std::string unique_endpoint() {
   static std::atomic<int> next{0};
-  return "ipc:///tmp/kvev-cpp-" + std::to_string(getpid()) + "-" + std::to_string(next++) +
-         ".sock";
+  return "ipc:///tmp/kvev-cpp-" + std::to_string(getpid()) + "-" + std::to_string(next++) + ".sock";
 }
 
 kv::Config enabled_config() {
@@ -96,8 +95,7 @@ std::string printable(const std::string& bytes) {
 std::string summary(const Value& event) {
   const std::string& type = event.at("event_type").as_str();
   if (type == "cleared") return "cleared " + printable(event.at("tenant_id").bytes());
-  return type + " " + event.at("medium").as_str() + " " +
-         printable(event.at("object_key").bytes());
+  return type + " " + event.at("medium").as_str() + " " + printable(event.at("object_key").bytes());
 }
 
 std::vector<std::string> summaries(const std::vector<Value>& events) {

@@ -65,8 +65,7 @@ class Session {
  public:
   // Creates the publisher from `config` (its endpoint is used as given); with `curve`, the
   // subscriber is a CURVE client with those keys.
-  explicit Session(const kv::Config& config = enabled_config(),
-                   const CurveKeys* curve = nullptr);
+  explicit Session(const kv::Config& config = enabled_config(), const CurveKeys* curve = nullptr);
 
   kv::Publisher& publisher() { return *publisher_; }
   Subscriber& subscriber() { return reader_->subscriber(); }

@@ -31,9 +31,10 @@ std::set<std::string> key_set(const Value& event) {
   return {keys.begin(), keys.end()};
 }
 
-const std::set<std::string> kCommonKeys = {
-    "event_id",  "timestamp",  "event_type", "model_name", "block_size", "additional_salt",
-    "lora_name", "tenant_id",  "backend_id", "medium",     "dp_rank"};
+const std::set<std::string> kCommonKeys = {"event_id",   "timestamp",  "event_type",
+                                           "model_name", "block_size", "additional_salt",
+                                           "lora_name",  "tenant_id",  "backend_id",
+                                           "medium",     "dp_rank"};
 const std::set<std::string> kObjectKeys = {"group_id", "object_key", "seq_hashes",
                                            "base_block_idx"};
 const std::set<std::string> kStoredOnlyKeys = {"token_ids", "parent_hash"};
@@ -59,8 +60,8 @@ std::vector<Value> one_of_each(const kv::Config& config) {
   p.on_medium_delta("tenant-a", "key-1", "group-1", kCpu, {});
   p.on_remove_all(p.begin_remove_all(), "tenant-a", 1, 0);
   std::vector<Value> events = session.collect_events();
-  if (summaries(events) != std::vector<std::string>{"stored cpu key-1", "removed cpu key-1",
-                                                    "cleared tenant-a"}) {
+  if (summaries(events) !=
+      std::vector<std::string>{"stored cpu key-1", "removed cpu key-1", "cleared tenant-a"}) {
     ADD_FAILURE() << "unexpected stream";
   }
   return events;

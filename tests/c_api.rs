@@ -5,7 +5,7 @@
 //! list) reports exactly the status and metrics of a disabled Rust publisher, so that a
 //! dashboard sees the same metric families, at zero, from a master built without events.
 //!
-//! The C side is read by compiling it: tests/c_api/lists.cc with the stub, by the C++ compiler
+//! The C side is read by compiling it: tests/c_side/lists.cc with the stub, by the C++ compiler
 //! the crate's build already needs (`CXX`, else `c++`).
 
 use mooncake_kv_events::{BuildInfo, Config, Publisher, Stats};
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The program of tests/c_api/lists.cc, built once for every test of this file.
+/// The program of tests/c_side/lists.cc, built once for every test of this file.
 fn lists_program() -> &'static Path {
     static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
     PROGRAM.get_or_init(|| {
@@ -34,7 +34,7 @@ fn lists_program() -> &'static Path {
             .arg(root.join("include"))
             .arg("-I")
             .arg(root.join("cpp"))
-            .arg(root.join("tests/c_api/lists.cc"))
+            .arg(root.join("tests/c_side/lists.cc"))
             .arg(root.join("cpp/kv_events_stub.cc"))
             .arg(root.join("cpp/kv_events_common.cc"))
             .arg("-pthread")
@@ -44,7 +44,7 @@ fn lists_program() -> &'static Path {
             .unwrap_or_else(|e| panic!("{compiler} does not run ({e}): set CXX"));
         assert!(
             output.status.success(),
-            "{compiler} failed to build tests/c_api/lists.cc with the stub:\n{}",
+            "{compiler} failed to build tests/c_side/lists.cc with the stub:\n{}",
             String::from_utf8_lossy(&output.stderr)
         );
         program

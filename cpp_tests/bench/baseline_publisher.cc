@@ -217,7 +217,8 @@ void write_baseline_batch(MsgpackWriter& writer, const BaselineConfig& config,
   writer.array(3);
   writer.uint(timestamp_ms);
   writer.array(static_cast<uint32_t>(count));
-  for (size_t i = 0; i < count; ++i) write_stored(writer, config, timestamp_ms, events[i], next_id++);
+  for (size_t i = 0; i < count; ++i)
+    write_stored(writer, config, timestamp_ms, events[i], next_id++);
   writer.uint(config.dp_rank);
 }
 
@@ -262,8 +263,8 @@ void BaselinePublisher::on_put_commit(std::string_view tenant, std::string_view 
     int count = 0;
     for (Medium medium : {Medium::kCpu, Medium::kDisk}) {
       if (media.contains(medium)) {
-        events[count++] = BaselineEvent{std::string(tenant), std::string(key),
-                                        std::string(group), medium};
+        events[count++] =
+            BaselineEvent{std::string(tenant), std::string(key), std::string(group), medium};
       }
     }
     {

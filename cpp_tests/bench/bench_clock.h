@@ -50,8 +50,8 @@ inline uint64_t steady_ns() noexcept {
 
 // Which clock times calls, and how to turn its ticks into nanoseconds.
 struct CallClock {
-  bool tsc = false;          // rdtsc/rdtscp; otherwise steady_clock, whose ticks are ns
-  double ns_per_tick = 1.0;  // calibrated for the TSC
+  bool tsc = false;            // rdtsc/rdtscp; otherwise steady_clock, whose ticks are ns
+  double ns_per_tick = 1.0;    // calibrated for the TSC
   double overhead_min_ns = 0;  // one begin/end pair around nothing: fastest
   double overhead_p50_ns = 0;  // and median of many
 

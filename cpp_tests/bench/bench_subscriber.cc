@@ -394,13 +394,13 @@ SubscriberCounts SubscriberProcess::report(uint64_t sequence, std::chrono::milli
   // The child answers once it has the sequence or after `give_up` of silence; a subscriber
   // far behind may take minutes to get there, which is what the caller measures.
   const std::string line = read_line(std::chrono::minutes(10));
-  const int fields = std::sscanf(
-      line.c_str(),
-      "COUNTS %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
-      " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
-      &counts.messages, &counts.events, &counts.missing, &counts.restarts, &counts.bad,
-      &counts.payload_bytes, &counts.max_payload, &counts.last_sequence, &counts.first_ns,
-      &counts.last_ns);
+  const int fields =
+      std::sscanf(line.c_str(),
+                  "COUNTS %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
+                  " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
+                  &counts.messages, &counts.events, &counts.missing, &counts.restarts, &counts.bad,
+                  &counts.payload_bytes, &counts.max_payload, &counts.last_sequence,
+                  &counts.first_ns, &counts.last_ns);
   counts.ok = fields == 10;
   return counts;
 }

@@ -58,7 +58,7 @@ struct SubscriberCounts {
   uint64_t payload_bytes = 0;  // sum of payload sizes
   uint64_t max_payload = 0;    // largest payload
   uint64_t last_sequence = 0;
-  uint64_t first_ns = 0;       // CLOCK_MONOTONIC of the first and last message received
+  uint64_t first_ns = 0;  // CLOCK_MONOTONIC of the first and last message received
   uint64_t last_ns = 0;
 
   // Events per second between the first and the last message.

@@ -212,9 +212,9 @@ Status Master::put_revoke(const std::string& tenant, const std::string& key) {
            !(object->task && object->task->target == r.id);
   };
   const size_t count = object->replicas.size();
-  object->replicas.erase(
-      std::remove_if(object->replicas.begin(), object->replicas.end(), put_replica),
-      object->replicas.end());
+  object->replicas.erase(std::remove_if(object->replicas.begin(), object->replicas.end(),
+                                        put_replica),
+                         object->replicas.end());
   if (object->replicas.size() == count) return Status::kInvalid;
   // Only PROCESSING replicas went: the media did not change, so no call (the contract: a failed
   // uncommitted Put makes none).
@@ -371,8 +371,7 @@ Status Master::complete_task_locked(const ObjectId& id, Object& object, TaskKind
                           object.replicas.end());
   }
   object.task.reset();
-  publisher_.on_medium_delta(id.first, id.second, object.group, before,
-                             completed_media(object));
+  publisher_.on_medium_delta(id.first, id.second, object.group, before, completed_media(object));
   return Status::kOk;
 }
 
@@ -421,8 +420,7 @@ Status Master::evict_replica(const std::string& tenant, const std::string& key,
   return Status::kOk;
 }
 
-Status Master::get_replica_list(const std::string& tenant, const std::string& key,
-                                uint64_t ttl) {
+Status Master::get_replica_list(const std::string& tenant, const std::string& key, uint64_t ttl) {
   Shard& s = shard(tenant, key);
   std::lock_guard<std::mutex> lock(s.mutex);
   const ObjectId id{tenant, key};
@@ -585,8 +583,7 @@ std::set<Holding> Master::holdings() const {
   return out;
 }
 
-void Master::add_objects(std::optional<std::string_view> tenant,
-                         kv::Snapshot& snapshot) const {
+void Master::add_objects(std::optional<std::string_view> tenant, kv::Snapshot& snapshot) const {
   struct Copied {
     std::string tenant, key, group;
     kv::MediumSet media;

@@ -57,13 +57,13 @@ struct Placement {
 // What an operation did. Anything but kOk changed nothing and made no call.
 enum class Status {
   kOk,
-  kNotFound,        // no such object (or it is being erased through the HA log)
-  kExists,          // Put of an object that exists
-  kLeased,          // the object's lease has not expired
-  kNotReady,        // a replica is still PROCESSING
-  kPendingTask,     // a replication task is pending
-  kNoTask,          // *_end without the matching *_start
-  kInvalid,         // nothing to do: no processing replica to commit, no source replica, ...
+  kNotFound,     // no such object (or it is being erased through the HA log)
+  kExists,       // Put of an object that exists
+  kLeased,       // the object's lease has not expired
+  kNotReady,     // a replica is still PROCESSING
+  kPendingTask,  // a replication task is pending
+  kNoTask,       // *_end without the matching *_start
+  kInvalid,      // nothing to do: no processing replica to commit, no source replica, ...
   kOplogReserveFailed,
   kOplogAppendFailed,
 };
@@ -135,8 +135,8 @@ class Master {
   // Upsert: an absent object is a put_start. An existing one (no replica PROCESSING, no task)
   // gets new PROCESSING replicas in place of the old ones, whose value becomes unreadable:
   // on_medium_delta(old media, {}). put_end() commits the new value.
-  Status upsert_start(const std::string& tenant, const std::string& key,
-                      const std::string& group, const std::vector<Placement>& placements);
+  Status upsert_start(const std::string& tenant, const std::string& key, const std::string& group,
+                      const std::vector<Placement>& placements);
 
   // --- Replication tasks: at most one pending per object ----------------------------------
   // Copy: a PROCESSING replica at `target`; copy_end completes it (on_medium_delta).
@@ -159,8 +159,7 @@ class Master {
   // --- Eviction, stale handles, client cleanup --------------------------------------------
   // Evicts one COMPLETE replica of `kind` from an object whose lease has expired:
   // on_medium_delta(before, after), or, when no COMPLETE replica is left, the erase path.
-  Status evict_replica(const std::string& tenant, const std::string& key,
-                       kv::ReplicaKind kind);
+  Status evict_replica(const std::string& tenant, const std::string& key, kv::ReplicaKind kind);
   // Grants a lease of `ttl` (logical time) after cleaning the object's stale handles.
   Status get_replica_list(const std::string& tenant, const std::string& key, uint64_t ttl);
   void advance_time(uint64_t dt);
@@ -178,8 +177,7 @@ class Master {
   // Refused when leased, not all COMPLETE, or with a pending task; in HA mode also when the
   // log refuses. Otherwise the erase path: on_medium_delta(before, {}).
   Status remove(const std::string& tenant, const std::string& key);
-  std::vector<Status> batch_remove(const std::string& tenant,
-                                   const std::vector<std::string>& keys);
+  std::vector<Status> batch_remove(const std::string& tenant, const std::vector<std::string>& keys);
   // Removes the tenant's objects whose key matches `pattern` (std::regex_search); returns
   // how many were removed and how many matched but were refused.
   RemoveAllCounts remove_by_regex(const std::string& tenant, const std::string& pattern);

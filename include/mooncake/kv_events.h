@@ -88,9 +88,7 @@ class MediumSet {
   constexpr bool empty() const noexcept { return bits_ == 0; }
   constexpr uint8_t bits() const noexcept { return bits_; }
 
-  friend constexpr bool operator==(MediumSet a, MediumSet b) noexcept {
-    return a.bits_ == b.bits_;
-  }
+  friend constexpr bool operator==(MediumSet a, MediumSet b) noexcept { return a.bits_ == b.bits_; }
   friend constexpr bool operator!=(MediumSet a, MediumSet b) noexcept { return !(a == b); }
 
  private:
@@ -119,7 +117,7 @@ struct Config {
 #define KV_EVENTS_CPP_BOOL_(name, default_value) bool name = default_value;
 #define KV_EVENTS_CPP_U32_(name, default_value) uint32_t name = default_value;
 #define KV_EVENTS_CPP_U64_(name, default_value) uint64_t name = default_value;
-#define KV_EVENTS_CPP_STRING_(name, default_value) \
+#define KV_EVENTS_CPP_STRING_(name, default_value)                                                 \
   std::string name = detail::string_or_empty(default_value);
   KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_CPP_BOOL_, KV_EVENTS_CPP_U32_, KV_EVENTS_CPP_U64_,
                           KV_EVENTS_CPP_STRING_)
@@ -193,9 +191,9 @@ class Snapshot {
   // requester left or stopped reading, or the publisher is stopping): return from the source.
   bool add(std::string_view tenant_id, std::string_view object_key, std::string_view group_id,
            MediumSet media) noexcept {
-    return kv_events_snapshot_add(snapshot_, tenant_id.data(), tenant_id.size(),
-                                  object_key.data(), object_key.size(), group_id.data(),
-                                  group_id.size(), media.bits()) == KV_EVENTS_OK;
+    return kv_events_snapshot_add(snapshot_, tenant_id.data(), tenant_id.size(), object_key.data(),
+                                  object_key.size(), group_id.data(), group_id.size(),
+                                  media.bits()) == KV_EVENTS_OK;
   }
 
  private:
@@ -224,9 +222,7 @@ class RemoveAllScan {
   friend constexpr bool operator==(RemoveAllScan a, RemoveAllScan b) noexcept {
     return a.id_ == b.id_;
   }
-  friend constexpr bool operator!=(RemoveAllScan a, RemoveAllScan b) noexcept {
-    return !(a == b);
-  }
+  friend constexpr bool operator!=(RemoveAllScan a, RemoveAllScan b) noexcept { return !(a == b); }
 
  private:
   friend class Publisher;
@@ -302,8 +298,8 @@ class Publisher {
   // stats().cleared_suppressed. Per-object `removed` events come from on_medium_delta.
   void on_remove_all(const RemoveAllScan& scan, std::string_view tenant_id,
                      uint64_t objects_removed, uint64_t objects_skipped) noexcept {
-    kv_events_on_remove_all(handle_, scan.id(), tenant_id.data(), tenant_id.size(),
-                            objects_removed, objects_skipped);
+    kv_events_on_remove_all(handle_, scan.id(), tenant_id.data(), tenant_id.size(), objects_removed,
+                            objects_skipped);
   }
 
   // The counters so far.
@@ -399,9 +395,9 @@ inline std::unique_ptr<Publisher> Publisher::create(const Config& config) {
   // The C config's strings are NUL-terminated: a NUL inside one would silently cut it short.
   if (config.enable_kv_events) {
 #define KV_EVENTS_CPP_NONE_(name, default_value)
-#define KV_EVENTS_CPP_NUL_(name, default_value)                                    \
-  if (config.name.find('\0') != std::string::npos) {                               \
-    throw std::invalid_argument("kv_events_" #name " contains a NUL byte");        \
+#define KV_EVENTS_CPP_NUL_(name, default_value)                                                    \
+  if (config.name.find('\0') != std::string::npos) {                                               \
+    throw std::invalid_argument("kv_events_" #name " contains a NUL byte");                        \
   }
     KV_EVENTS_CONFIG_FIELDS(KV_EVENTS_CPP_NONE_, KV_EVENTS_CPP_NONE_, KV_EVENTS_CPP_NONE_,
                             KV_EVENTS_CPP_NUL_)
@@ -420,17 +416,14 @@ inline std::unique_ptr<Publisher> Publisher::create(const Config& config) {
   kv_events_publisher* handle = nullptr;
   char error[4096] = "";
   switch (kv_events_create(&c, sizeof c, &handle, error, sizeof error)) {
-    case KV_EVENTS_OK:
-      break;
-    case KV_EVENTS_ERR_INVALID_CONFIG:
-      throw std::invalid_argument(error);
-    case KV_EVENTS_ERR_NO_MEMORY:
-      throw std::bad_alloc();
+    case KV_EVENTS_OK: break;
+    case KV_EVENTS_ERR_INVALID_CONFIG: throw std::invalid_argument(error);
+    case KV_EVENTS_ERR_NO_MEMORY: throw std::bad_alloc();
     default:  // KV_EVENTS_ERR_BIND, or what the library could not foresee
       throw std::runtime_error(error);
   }
   std::unique_ptr<kv_events_publisher, void (*)(kv_events_publisher*)> guard(handle,
-                                                                           kv_events_destroy);
+                                                                             kv_events_destroy);
   std::unique_ptr<Publisher> publisher(new Publisher(handle));
   guard.release();
   return publisher;

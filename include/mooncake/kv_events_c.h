@@ -146,15 +146,15 @@ typedef struct kv_events_publisher kv_events_publisher;
   STRING(replay_endpoint, NULL)                                                                    \
   /* bytes of recently sent payloads kept for replay (64 MiB) */                                   \
   U64(replay_buffer_bytes, 67108864)                                                               \
-  /* the first frame of every message, live and replayed, e.g. "kv@pod-1@model-a"; "" by        \
+  /* the first frame of every message, live and replayed, e.g. "kv@pod-1@model-a"; "" by           \
    * default; at most 255 bytes */                                                                 \
   STRING(topic, NULL)                                                                              \
   /* true: replayed messages are ["", topic, seq, payload] (vLLM 0.26 and after); false:           \
    * ["", seq, payload] (earlier vLLM, SGLang) */                                                  \
   BOOL(replay_topic_frame, true)                                                                   \
-  /* milliseconds without a message after which one with no event is sent; 0: never */            \
+  /* milliseconds without a message after which one with no event is sent; 0: never */             \
   U32(heartbeat_ms, 0)                                                                             \
-  /* requesters one snapshot serves at once; requests of the same scope share one enumeration; \
+  /* requesters one snapshot serves at once; requests of the same scope share one enumeration;     \
    * 1 to 4096 */                                                                                  \
   U32(snapshot_max_requesters, 64)
 
@@ -208,10 +208,9 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_put_commit(kv_events_publisher* publishe
  * `stored` for each in after - before. */
 MOONCAKE_KV_EVENTS_API int kv_events_on_medium_delta(kv_events_publisher* publisher,
                                                      const char* tenant_id, size_t tenant_id_len,
-                                                     const char* object_key,
-                                                     size_t object_key_len, const char* group_id,
-                                                     size_t group_id_len, uint8_t before,
-                                                     uint8_t after);
+                                                     const char* object_key, size_t object_key_len,
+                                                     const char* group_id, size_t group_id_len,
+                                                     uint8_t before, uint8_t after);
 
 /* The token of a RemoveAll about to start its loop; 0 (the token of no scan) for NULL, a
  * disabled publisher and the stub. Emits nothing. */
@@ -240,7 +239,7 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
  * with a macro X(name, kind, help) to expand it yourself. The Rust `Stats` has the same fields
  * in the same order, and the same metrics (tests/c_api.rs checks). What each means and when to
  * worry: docs/operations.md. */
-#define KV_EVENTS_STATS_FIELDS(X)                                                                \
+#define KV_EVENTS_STATS_FIELDS(X)                                                                  \
   X(enabled, flag, "1 when events are published, 0 when disabled.")                                \
   X(published_batches, counter, "Messages handed to the PUB socket.")                              \
   X(published_events, counter, "Events in published messages.")                                    \
@@ -282,9 +281,9 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(subscriber_connects, counter, "PUB connections whose handshake succeeded.")                    \
   X(subscriber_disconnects, counter, "PUB connections closed after their handshake.")              \
   X(invalid_media_calls, counter,                                                                  \
-    "Event calls with a media bit other than cpu and disk, or a put commit with no medium.")      \
+    "Event calls with a media bit other than cpu and disk, or a put commit with no medium.")       \
   X(replay_bytes_in_flight, gauge,                                                                 \
-    "Bytes of replayed messages not yet written to their requesters.")                            \
+    "Bytes of replayed messages not yet written to their requesters.")                             \
   X(heartbeats, counter, "Messages with no event sent after a silence.")
 
 #define KV_EVENTS_STAT_TYPE_flag bool

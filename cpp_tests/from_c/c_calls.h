@@ -38,8 +38,8 @@ int c_calls_refusals(const char* endpoint, char* failure, size_t failure_size);
 int c_calls_register_source(kv_events_publisher* publisher, char* failure, size_t failure_size);
 /* What the source saw: how often it ran, the tenant of its last call ("*" for every tenant),
  * whether the refusals were as documented, and how often its context was released. */
-void c_calls_source_state(int* calls, char* last_tenant, size_t last_tenant_size,
-                          int* refusals_ok, int* released);
+void c_calls_source_state(int* calls, char* last_tenant, size_t last_tenant_size, int* refusals_ok,
+                          int* released);
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "c_api/c_calls.h"
+#include "from_c/c_calls.h"
 #include "test_support.h"
 
 namespace {
