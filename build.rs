@@ -1,3 +1,5 @@
+//! The build script: with the `publisher` feature, compiles the C++ half of the cxx bridges
+//! into the static library; with the subscriber side alone, nothing.
 fn main() {
     // The publisher feature (the default) compiles the cxx bridge; the subscriber side alone
     // (`default-features = false, features = ["subscriber"]`) needs no C++ compiler.

@@ -161,8 +161,7 @@ def garbage(args, watch):
         watch.tick()
     selector.close()
     wait(watch, args.hold)
-    return {"connections_sent_1_kib": sent, "closed_by_publisher": closed,
-            "unanswered": unanswered}
+    return {"connections_sent_1_kib": sent, "closed_by_publisher": closed, "unanswered": unanswered}
 
 
 class Peer:
@@ -196,9 +195,13 @@ class Peer:
         self.socket.close()
 
 
-HANDSHAKE_ENDS = (zmq.EVENT_HANDSHAKE_SUCCEEDED, zmq.EVENT_HANDSHAKE_FAILED_AUTH,
-                  zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
-                  zmq.EVENT_DISCONNECTED)
+HANDSHAKE_ENDS = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED,
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+    zmq.EVENT_DISCONNECTED,
+)
 
 
 def run_peers(watch, count, window, timeout, start, finished):
@@ -241,12 +244,19 @@ def subscribe(args, watch):
             # Queued now, sent as soon as the handshake is done.
             for _ in range(args.prefixes):
                 s.setsockopt(zmq.SUBSCRIBE, rng.randbytes(64))
+
         return Peer(context, zmq.SUB, args.endpoint, setup)
 
     for _ in range(args.rounds):
         # Each peer joins, sends its subscriptions, and waits for the publisher to cut it off.
-        peers, missed = run_peers(watch, args.count, args.count, args.answer_timeout, start,
-                                  lambda p: p.saw(zmq.EVENT_DISCONNECTED))
+        peers, missed = run_peers(
+            watch,
+            args.count,
+            args.count,
+            args.answer_timeout,
+            start,
+            lambda p: p.saw(zmq.EVENT_DISCONNECTED),
+        )
         total += args.count * args.prefixes
         joined += sum(p.saw(zmq.EVENT_HANDSHAKE_SUCCEEDED) for p in peers)
         cut_off += sum(p.saw(zmq.EVENT_DISCONNECTED) for p in peers)
@@ -254,8 +264,12 @@ def subscribe(args, watch):
         wait(watch, 0.5)
     context.term()
     wait(watch, args.hold)
-    return {"subscriptions_sent": total, "joined": joined, "cut_off": cut_off,
-            "unanswered": given_up}
+    return {
+        "subscriptions_sent": total,
+        "joined": joined,
+        "cut_off": cut_off,
+        "unanswered": given_up,
+    }
 
 
 def curve_flood(args, watch):
@@ -264,7 +278,9 @@ def curve_flood(args, watch):
     # The certificate format kv-events keygen writes: public-key = "Z85".
     with open(args.server_key) as f:
         server_key = next(
-            l.split("=", 1)[1].strip().strip('"') for l in f if l.strip().startswith("public-key")
+            line.split("=", 1)[1].strip().strip('"')
+            for line in f
+            if line.strip().startswith("public-key")
         ).encode()
     context = zmq.Context()
     started = time.monotonic()
@@ -275,11 +291,13 @@ def curve_flood(args, watch):
             s.curve_serverkey = server_key
             s.curve_publickey = public
             s.curve_secretkey = secret
+
         return Peer(context, zmq.SUB, args.endpoint, setup)
 
     # Each handshake runs until the publisher answers it (its ZAP handler refuses the key).
-    peers, given_up = run_peers(watch, args.count, args.window, args.answer_timeout, start,
-                                lambda p: p.saw(*HANDSHAKE_ENDS))
+    peers, given_up = run_peers(
+        watch, args.count, args.window, args.answer_timeout, start, lambda p: p.saw(*HANDSHAKE_ENDS)
+    )
     context.term()
     elapsed = time.monotonic() - started
     wait(watch, args.hold)
@@ -340,14 +358,22 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--hold", type=float, default=4.0, help="seconds to hold or wait after")
     parser.add_argument("--server-key", help="curve-flood: the publisher's public key file")
-    parser.add_argument("--window", type=int, default=20,
-                        help="garbage, curve-flood: connections in flight at once")
-    parser.add_argument("--answer-timeout", type=float, default=10.0,
-                        help="seconds a peer waits for the publisher's answer before giving up")
+    parser.add_argument(
+        "--window", type=int, default=20, help="garbage, curve-flood: connections in flight at once"
+    )
+    parser.add_argument(
+        "--answer-timeout",
+        type=float,
+        default=10.0,
+        help="seconds a peer waits for the publisher's answer before giving up",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     host, _ = host_port(args.endpoint)
-    if not (host.startswith("127.") or host in ("localhost", "::1")) and "ipc://" not in args.endpoint:
+    if (
+        not (host.startswith("127.") or host in ("localhost", "::1"))
+        and "ipc://" not in args.endpoint
+    ):
         sys.exit("attack.py: attacks go to loopback endpoints only")
     watch = Watch(args.pid)
     done = MODES[args.mode](args, watch)

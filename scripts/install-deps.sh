@@ -2,7 +2,7 @@
 # Installs what a fresh Debian 12 machine lacks to build and test the publisher.
 # The Rust toolchain (cargo, rustc) is expected to be there already (rustup).
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config libzmq3-dev libgtest-dev valgrind shellcheck
+packages=(cmake ninja-build g++ pkg-config libzmq3-dev libgtest-dev valgrind shellcheck clang-format
   python3 python3-zmq python3-msgpack python3-prometheus-client python3-venv python3-pip
   python3-build nats-server)
 missing=()
@@ -21,4 +21,12 @@ if ! /usr/bin/python3 -c "import nats" 2>/dev/null; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo /usr/bin/python3 -m pip install -q --break-system-packages nats-py
+fi
+# ruff (scripts/lint.sh: the Python's rules and format, ruff.toml), which Debian 12 does not
+# package: from PyPI, pinned, since its formatter's style moves between releases.
+ruff_version=0.17.6
+if [ "$(ruff --version 2>/dev/null)" != "ruff $ruff_version" ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo /usr/bin/python3 -m pip install -q --break-system-packages "ruff==$ruff_version"
 fi

@@ -23,37 +23,54 @@ MIB = 1024 * 1024
 
 def event(i):
     return {
-        "event_id": i, "timestamp": 1, "event_type": "stored", "type": "BlockStored",
-        "model_name": "m", "block_size": 16, "additional_salt": None, "lora_name": None,
-        "tenant_id": "default", "backend_id": "b", "medium": "cpu", "dp_rank": 0,
-        "group_id": None, "object_key": "obj-%06d" % i, "seq_hashes": [], "block_hashes": [],
-        "base_block_idx": None, "token_ids": None, "parent_hash": None,
+        "event_id": i,
+        "timestamp": 1,
+        "event_type": "stored",
+        "type": "BlockStored",
+        "model_name": "m",
+        "block_size": 16,
+        "additional_salt": None,
+        "lora_name": None,
+        "tenant_id": "default",
+        "backend_id": "b",
+        "medium": "cpu",
+        "dp_rank": 0,
+        "group_id": None,
+        "object_key": f"obj-{i:06d}",
+        "seq_hashes": [],
+        "block_hashes": [],
+        "base_block_idx": None,
+        "token_ids": None,
+        "parent_hash": None,
         "parent_block_hash": None,
     }
 
 
 def legit():
     # 2000 messages of 64 events, about 33 MB of payload in all.
-    return [msgpack.packb([1, [event(b * 64 + i) for i in range(64)], 0])
-            for b in range(2000)]
+    return [msgpack.packb([1, [event(b * 64 + i) for i in range(64)], 0]) for b in range(2000)]
 
 
 CASES = {
-    "60 MiB payload of nils": lambda: [b"\xdd" + (60 * MIB).to_bytes(4, "big") + b"\xc0" * (60 * MIB)],
+    "60 MiB payload of nils": lambda: [
+        b"\xdd" + (60 * MIB).to_bytes(4, "big") + b"\xc0" * (60 * MIB)
+    ],
     "5-byte payload claiming 4 billion elements": lambda: [b"\xdd\xff\xff\xff\xff"],
     "legit stream (2000 x 64 events)": legit,
 }
 
 
 def run(binary, options, name, make):
-    endpoint = "ipc:///tmp/kv-events-rss-%d.sock" % os.getpid()
+    endpoint = f"ipc:///tmp/kv-events-rss-{os.getpid()}.sock"
     context = zmq.Context()
     pub = context.socket(zmq.XPUB)
     pub.setsockopt(zmq.SNDHWM, 0)
     pub.bind(endpoint)
     tail = subprocess.Popen(
         [binary, "tail", endpoint, "--idle-timeout", "2", *options],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     # Made only now: memory the child held between fork and exec counts in its peak.
     payloads = make()
     pub.recv()  # the tail's subscription
@@ -65,8 +82,10 @@ def run(binary, options, name, make):
     pub.close(linger=0)
     context.term()
     lines = stderr.decode(errors="replace").strip().splitlines()
-    print("%-45s exit %s, peak RSS %7.1f MiB (%.1fs)" % (
-        name, tail.returncode, peak_kib / 1024, time.monotonic() - started))
+    seconds = time.monotonic() - started
+    print(
+        f"{name:<45} exit {tail.returncode}, peak RSS {peak_kib / 1024:7.1f} MiB ({seconds:.1f}s)"
+    )
     for line in lines[-3:]:
         print("    " + line[:200])
 

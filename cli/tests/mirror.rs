@@ -180,7 +180,10 @@ fn mirror_of_two_candidates_writes_the_live_ones_index_to_stdout_after_its_durat
         err.contains(&format!("kv-events: cannot reach {down} yet: {why}")),
         "{err}"
     );
-    assert!(err.contains(&format!("{down}: not reached ({why}")), "{err}");
+    assert!(
+        err.contains(&format!("{down}: not reached ({why}")),
+        "{err}"
+    );
 }
 
 #[test]

@@ -18,6 +18,7 @@ SOURCE = pathlib.Path(__file__).resolve().parents[2] / "python" / "src"
 if (SOURCE / "mooncake_kv_events").is_dir():
     sys.path.insert(0, str(SOURCE))
 
+# E402: imported only once the checkout's package is on sys.path (above).
 from mooncake_kv_events.cli import main  # noqa: E402
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ stored cpu k1..k4, removed cpu k2, removed cpu of k1, k3 and k4 (in the shards' 
 cleared for the default tenant, with no sequence gap; /kv_events/status and /metrics must count
 those 9 events and nothing dropped. Exits 1 naming the first difference.
 """
+
 import json
 import sys
 
@@ -48,13 +49,17 @@ def main(events_path, status_path, metrics_path):
     if (status["built_with_kv_events"], status["enabled"]) != (True, True):
         fail(f"status says events are off: {status}")
     if status["published_events"] != 9 or status["dropped_events"] != 0:
-        fail(f"status counts {status['published_events']} published, "
-             f"{status['dropped_events']} dropped; expected 9 and 0")
+        fail(
+            f"status counts {status['published_events']} published, "
+            f"{status['dropped_events']} dropped; expected 9 and 0"
+        )
     metrics = open(metrics_path).read()
     if "\nmooncake_kv_events_published_events_total 9\n" not in metrics:
         fail("/metrics lacks mooncake_kv_events_published_events_total 9")
-    print(f"compare_live.py: {len(events)} events as expected, "
-          f"in {len(sequences)} messages, no gap; status and metrics agree")
+    print(
+        f"compare_live.py: {len(events)} events as expected, "
+        f"in {len(sequences)} messages, no gap; status and metrics agree"
+    )
 
 
 if __name__ == "__main__":

@@ -43,14 +43,21 @@ class Counter(threading.Thread):
         super().__init__(daemon=True)
         import msgpack
         import zmq
+
         self.msgpack, self.zmq = msgpack, zmq
         self.context = zmq.Context()
         self.sub = self.context.socket(zmq.SUB)
         self.sub.setsockopt(zmq.RCVHWM, 10_000_000)
         self.sub.setsockopt(zmq.SUBSCRIBE, b"")
         self.sub.connect(endpoint)
-        self.counts = {"messages": 0, "stored": 0, "removed": 0, "cleared": 0, "gaps": 0,
-                       "missed_numbers": 0}
+        self.counts = {
+            "messages": 0,
+            "stored": 0,
+            "removed": 0,
+            "cleared": 0,
+            "gaps": 0,
+            "missed_numbers": 0,
+        }
         self.last = None
         self.last_at = time.time()
         self.stop = False
@@ -94,13 +101,18 @@ class Run:
             return r.read().decode()
 
     def client(self, mode, *extra, wait=True):
-        argv = [self.args.client, f"--mode={mode}",
-                f"--master_server_entry=127.0.0.1:{self.rpc_port}",
-                f"--host=127.0.0.1:{free_port()}", *extra]
+        argv = [
+            self.args.client,
+            f"--mode={mode}",
+            f"--master_server_entry=127.0.0.1:{self.rpc_port}",
+            f"--host=127.0.0.1:{free_port()}",
+            *extra,
+        ]
         if not wait:
             return self.spawn(mode, argv)
-        result = subprocess.run(argv, stdout=subprocess.PIPE,
-                                stderr=open(os.path.join(self.out, mode + ".log"), "ab"))
+        result = subprocess.run(
+            argv, stdout=subprocess.PIPE, stderr=open(os.path.join(self.out, mode + ".log"), "ab")
+        )
         if result.returncode != 0:
             raise SystemExit(f"client --mode={mode} failed: see {self.out}/{mode}.log")
         return result.stdout.decode()
@@ -114,8 +126,10 @@ class Run:
     def mirror_in_sync_at(self, objects, after, deadline):
         """The first of the mirror's summaries (seconds since it started) later than `after`
         that says its index is in sync and holds `objects` objects; None by `deadline`."""
-        summary = re.compile(r"^kv-events: ([0-9.]+)s: .*: in sync at sequence \d+, "
-                             r"incarnation \w+: (\d+) objects$")
+        summary = re.compile(
+            r"^kv-events: ([0-9.]+)s: .*: in sync at sequence \d+, "
+            r"incarnation \w+: (\d+) objects$"
+        )
         while time.time() < deadline:
             with open(os.path.join(self.out, "mirror.log"), errors="replace") as f:
                 for line in f:
@@ -135,23 +149,30 @@ class Run:
 
     def run(self):
         a = self.args
-        flags = [a.master, "--enable_ha=false", "--enable_http_metadata_server=false",
-                 "--rpc_address=127.0.0.1", f"--rpc_port={self.rpc_port}",
-                 f"--metrics_port={self.metrics_port}", "--logtostderr",
-                 f"--enable_kv_events={'true' if self.events_on else 'false'}",
-                 f"--kv_events_bind_endpoint={self.events}",
-                 f"--kv_events_replay_endpoint={self.replay}", "--kv_events_backend_id=scale",
-                 # Eviction would remove objects before the RemoveAll does.
-                 "--eviction_high_watermark_ratio=1.0"]
+        flags = [
+            a.master,
+            "--enable_ha=false",
+            "--enable_http_metadata_server=false",
+            "--rpc_address=127.0.0.1",
+            f"--rpc_port={self.rpc_port}",
+            f"--metrics_port={self.metrics_port}",
+            "--logtostderr",
+            f"--enable_kv_events={'true' if self.events_on else 'false'}",
+            f"--kv_events_bind_endpoint={self.events}",
+            f"--kv_events_replay_endpoint={self.replay}",
+            "--kv_events_backend_id=scale",
+            # Eviction would remove objects before the RemoveAll does.
+            "--eviction_high_watermark_ratio=1.0",
+        ]
         self.spawn("master", flags)
         deadline = time.time() + 30
         while True:
             try:
                 self.http("/health")
                 break
-            except OSError:
+            except OSError as e:
                 if time.time() > deadline:
-                    raise SystemExit("the master did not start")
+                    raise SystemExit(f"the master did not start: {e}") from e
                 time.sleep(0.2)
         result = {"events": self.events_on, "objects_asked": a.objects}
         counter = mirror = None
@@ -160,16 +181,35 @@ class Run:
             counter = Counter(self.events)
             counter.start()
             mirror_started = time.time()
-            mirror = self.spawn("mirror", [a.kv_events, "mirror", self.events, "--replay-endpoint",
-                                           self.replay, "--every", "0.25", "--dump", mirror_dump])
+            mirror = self.spawn(
+                "mirror",
+                [
+                    a.kv_events,
+                    "mirror",
+                    self.events,
+                    "--replay-endpoint",
+                    self.replay,
+                    "--every",
+                    "0.25",
+                    "--dump",
+                    mirror_dump,
+                ],
+            )
             time.sleep(1)
         hold = os.path.join(self.out, "fill.hold")
         filled = os.path.join(self.out, "filled")
         start = time.time()
-        filler = self.client("fill", f"--count={a.objects}", f"--batch={a.batch}",
-                             f"--value_bytes={a.value_bytes}", f"--segment_mb={a.segment_mb}",
-                             f"--buffer_mb=64", f"--stats={filled}", f"--hold_file={hold}",
-                             wait=False)
+        filler = self.client(
+            "fill",
+            f"--count={a.objects}",
+            f"--batch={a.batch}",
+            f"--value_bytes={a.value_bytes}",
+            f"--segment_mb={a.segment_mb}",
+            "--buffer_mb=64",
+            f"--stats={filled}",
+            f"--hold_file={hold}",
+            wait=False,
+        )
         while not os.path.exists(filled):
             if filler.poll() is not None:
                 raise SystemExit("the fill client exited early: see fill.log")
@@ -198,7 +238,8 @@ class Run:
         if self.events_on:
             at = self.mirror_in_sync_at(len(truth), returned - mirror_started, time.time() + 300)
             result["mirror_in_sync_after_removeall_s"] = (
-                None if at is None else round(mirror_started + at - returned, 2))
+                None if at is None else round(mirror_started + at - returned, 2)
+            )
             while self.mirror_index(mirror_dump) != truth:
                 if time.time() - returned > 300:
                     result["mirror_dump_equal_after_removeall_s"] = None
@@ -212,15 +253,23 @@ class Run:
             delta = {k: after[k] - before[k] for k in after}
             result["subscriber"] = delta
             result["share_of_removed_events_received"] = round(
-                delta["removed"] / max(int(removed), 1), 4)
+                delta["removed"] / max(int(removed), 1), 4
+            )
             stats = json.loads(self.http("/kv_events/status"))
-            result["publisher"] = {k: stats.get(k, 0) - stats_before.get(k, 0) for k in (
-                "published_events", "published_batches", "dropped_events", "cleared_suppressed")}
+            result["publisher"] = {
+                k: stats.get(k, 0) - stats_before.get(k, 0)
+                for k in (
+                    "published_events",
+                    "published_batches",
+                    "dropped_events",
+                    "cleared_suppressed",
+                )
+            }
             counter.stop = True
             mirror.send_signal(signal.SIGTERM)
             mirror.wait(timeout=60)
             with open(os.path.join(self.out, "mirror.log"), errors="replace") as f:
-                result["mirror_log_tail"] = [l.strip() for l in f.readlines()[-12:]]
+                result["mirror_log_tail"] = [line.strip() for line in f.readlines()[-12:]]
         open(hold, "w").close()
         filler.wait(timeout=60)
         for proc in self.procs:

@@ -62,9 +62,14 @@ def requester(index, endpoint, tenant, timeout, barrier, results):
             outcome["error"] = [f.decode(errors="replace") for f in frames[1:]]
             break
     done = time.time()
-    outcome.update(start=start, done=done, seconds=round(done - start, 3),
-                   first_reply_s=round((first_at or done) - start, 3),
-                   messages=messages, events=events)
+    outcome.update(
+        start=start,
+        done=done,
+        seconds=round(done - start, 3),
+        first_reply_s=round((first_at or done) - start, 3),
+        messages=messages,
+        events=events,
+    )
     results.put(outcome)
     dealer.close()
     context.term()
@@ -79,9 +84,10 @@ def main():
     a = p.parse_args()
     barrier = mp.Barrier(a.requesters)
     results = mp.Queue()
-    procs = [mp.Process(target=requester,
-                        args=(i, a.endpoint, a.tenant, a.timeout, barrier, results))
-             for i in range(a.requesters)]
+    procs = [
+        mp.Process(target=requester, args=(i, a.endpoint, a.tenant, a.timeout, barrier, results))
+        for i in range(a.requesters)
+    ]
     for proc in procs:
         proc.start()
     outcomes = [results.get(timeout=a.timeout * 2 + 30) for _ in procs]

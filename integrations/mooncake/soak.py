@@ -17,12 +17,13 @@ Puts race the other's RemoveAll) each mounting a small segment (so that the mast
 Put, BatchPut, Upsert, Get and Query (which take leases), Remove, RemoveByRegex and RemoveAll;
 `mirror-start` and `indexer-lossy` (the example indexer with a receive high-water mark of 16,
 which stops reading for 6 s mid-phase and so loses messages; the soak fails if it lost none)
-follow from the start, `mirror-late` joins mid-phase. At its end, while the clients hold their segments, the mirrors
-are compared with master A's truth. Then master A is killed (SIGKILL) and master B started on
-the same ports: a new incarnation holding nothing. Phase 2: fresh clients run the mix without
-Upsert (under steady Upsert churn this Mooncake ends with its memory held and no key left);
-the lossy indexer stops reading once more, mirror-late is stopped (SIGSTOP) once. At the end, once the truth is still,
-every subscriber's index is compared with it: equal, or the soak fails and says how.
+follow from the start, `mirror-late` joins mid-phase. At its end, while the clients hold their
+segments, the mirrors are compared with master A's truth. Then master A is killed (SIGKILL) and
+master B started on the same ports: a new incarnation holding nothing. Phase 2: fresh clients
+run the mix without Upsert (under steady Upsert churn this Mooncake ends with its memory held
+and no key left); the lossy indexer stops reading once more, mirror-late is stopped (SIGSTOP)
+once. At the end, once the truth is still, every subscriber's index is compared with it: equal,
+or the soak fails and says how.
 
 The truth is each tenant's QueryByRegex(".*") through a client of that tenant
 (kv_events_soak_client --mode=dump): every object with a readable replica, memory as cpu,
@@ -84,17 +85,26 @@ class Soak:
 
     # --- the master
     def start_master(self, name):
-        argv = [self.args.master, "--enable_ha=false", "--enable_http_metadata_server=false",
-                "--rpc_address=127.0.0.1", f"--rpc_port={self.rpc_port}",
-                f"--metrics_port={self.metrics_port}", "--logtostderr",
-                "--enable_multi_tenants=true", f"--tenant_quota_connector_uri={self.quota}",
-                "--enable_kv_events=true", f"--kv_events_bind_endpoint={self.events}",
-                f"--kv_events_replay_endpoint={self.replay}",
-                "--kv_events_backend_id=soak", "--kv_events_model_name=soak-model",
-                # At most 100 messages held for a subscriber that is not reading: a stopped
-                # subscriber loses messages within a second or two instead of after the
-                # kernel's buffers (megabytes) filled.
-                "--kv_events_send_hwm=100"]
+        argv = [
+            self.args.master,
+            "--enable_ha=false",
+            "--enable_http_metadata_server=false",
+            "--rpc_address=127.0.0.1",
+            f"--rpc_port={self.rpc_port}",
+            f"--metrics_port={self.metrics_port}",
+            "--logtostderr",
+            "--enable_multi_tenants=true",
+            f"--tenant_quota_connector_uri={self.quota}",
+            "--enable_kv_events=true",
+            f"--kv_events_bind_endpoint={self.events}",
+            f"--kv_events_replay_endpoint={self.replay}",
+            "--kv_events_backend_id=soak",
+            "--kv_events_model_name=soak-model",
+            # At most 100 messages held for a subscriber that is not reading: a stopped
+            # subscriber loses messages within a second or two instead of after the
+            # kernel's buffers (megabytes) filled.
+            "--kv_events_send_hwm=100",
+        ]
         proc = self.spawn(name, argv)
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -117,12 +127,20 @@ class Soak:
         clients = []
         for i, tenant in enumerate(CLIENT_TENANTS):
             stats = os.path.join(self.out, f"{phase}-client-{i}-{tenant}.json")
-            argv = [self.args.client, "--mode=work", f"--tenant={tenant}",
-                    f"--master_server_entry=127.0.0.1:{self.rpc_port}",
-                    f"--host=127.0.0.1:{free_port()}", f"--seconds={seconds}",
-                    f"--seed={zlib.crc32(f'{phase}/{i}/{self.args.seed}'.encode())}",
-                    f"--segment_mb={self.args.segment_mb}", f"--key_space={self.args.key_space}",
-                    f"--mix={mix}", f"--stats={stats}", f"--hold_file={hold}"]
+            argv = [
+                self.args.client,
+                "--mode=work",
+                f"--tenant={tenant}",
+                f"--master_server_entry=127.0.0.1:{self.rpc_port}",
+                f"--host=127.0.0.1:{free_port()}",
+                f"--seconds={seconds}",
+                f"--seed={zlib.crc32(f'{phase}/{i}/{self.args.seed}'.encode())}",
+                f"--segment_mb={self.args.segment_mb}",
+                f"--key_space={self.args.key_space}",
+                f"--mix={mix}",
+                f"--stats={stats}",
+                f"--hold_file={hold}",
+            ]
             clients.append((self.spawn(f"{phase}-client-{i}-{tenant}", argv), stats))
         return clients, hold
 
@@ -131,7 +149,9 @@ class Soak:
         while not all(os.path.exists(s) for _, s in clients):
             for proc, _ in clients:
                 if proc.poll() is not None:
-                    raise SystemExit(f"{proc.name} exited with {proc.returncode} before its mix ended")
+                    raise SystemExit(
+                        f"{proc.name} exited with {proc.returncode} before its mix ended"
+                    )
             if time.time() > deadline:
                 raise SystemExit("the clients did not finish their mix in time")
             time.sleep(0.2)
@@ -158,9 +178,13 @@ class Soak:
     def truth(self):
         holdings = set()
         for tenant in TENANTS:
-            argv = [self.args.client, "--mode=dump", f"--tenant={tenant}",
-                    f"--master_server_entry=127.0.0.1:{self.rpc_port}",
-                    f"--host=127.0.0.1:{free_port()}"]
+            argv = [
+                self.args.client,
+                "--mode=dump",
+                f"--tenant={tenant}",
+                f"--master_server_entry=127.0.0.1:{self.rpc_port}",
+                f"--host=127.0.0.1:{free_port()}",
+            ]
             err = open(os.path.join(self.out, "truth-dumps.log"), "ab")
             result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=err, timeout=60)
             if result.returncode != 0:
@@ -186,8 +210,20 @@ class Soak:
     # --- subscribers
     def start_mirror(self, name):
         dump = os.path.join(self.out, name + ".jsonl")
-        proc = self.spawn(name, [self.args.kv_events, "mirror", self.events, "--replay-endpoint",
-                                 self.replay, "--every", "1", "--dump", dump])
+        proc = self.spawn(
+            name,
+            [
+                self.args.kv_events,
+                "mirror",
+                self.events,
+                "--replay-endpoint",
+                self.replay,
+                "--every",
+                "1",
+                "--dump",
+                dump,
+            ],
+        )
         proc.dump = dump
         return proc
 
@@ -195,10 +231,22 @@ class Soak:
         dump = os.path.join(self.out, name + ".jsonl")
         stats = os.path.join(self.out, name + "-stats.json")
         here = os.path.dirname(os.path.abspath(__file__))
-        proc = self.spawn(name, ["/usr/bin/python3", os.path.join(here, "lossy_indexer.py"),
-                                 self.args.indexer, "16", str(LOSSY_PAUSE_S), "--publisher",
-                                 f"{self.events},{self.replay}", "--dump", dump,
-                                 "--stats", stats])
+        proc = self.spawn(
+            name,
+            [
+                "/usr/bin/python3",
+                os.path.join(here, "lossy_indexer.py"),
+                self.args.indexer,
+                "16",
+                str(LOSSY_PAUSE_S),
+                "--publisher",
+                f"{self.events},{self.replay}",
+                "--dump",
+                dump,
+                "--stats",
+                stats,
+            ],
+        )
         proc.dump, proc.stats = dump, stats
         return proc
 
@@ -243,8 +291,12 @@ class Soak:
         if index is None:
             return {"missing_dump": True}
         lacks, extra = sorted(truth - index), sorted(index - truth)
-        return {"lacks": len(lacks), "extra": len(extra), "lacks_first": lacks[:10],
-                "extra_first": extra[:10]}
+        return {
+            "lacks": len(lacks),
+            "extra": len(extra),
+            "lacks_first": lacks[:10],
+            "extra_first": extra[:10],
+        }
 
     @staticmethod
     def mirror_counters(log):
@@ -276,8 +328,12 @@ class Soak:
         ops = self.wait_mixes(clients, half)
         truth = self.still_truth()
         times = self.converge([mirror_start, mirror_late], truth, time.time())
-        phase1 = {"operations": ops, "truth_holdings": len(truth), "convergence_s": times,
-                  "status": json.loads(self.http("/kv_events/status"))}
+        phase1 = {
+            "operations": ops,
+            "truth_holdings": len(truth),
+            "convergence_s": times,
+            "status": json.loads(self.http("/kv_events/status")),
+        }
         for m in (mirror_start, mirror_late):
             diff = self.differences(self.read_dump(m.dump), truth)
             phase1[m.name] = diff
@@ -319,9 +375,13 @@ class Soak:
                 proc.kill()
                 codes[proc.name] = "killed"
         truth_after = self.truth()
-        phase2 = {"operations": ops, "truth_holdings": len(truth), "convergence_s": times,
-                  "truth_unchanged_after_comparison": truth_after == truth,
-                  "subscriber_exit_codes": codes}
+        phase2 = {
+            "operations": ops,
+            "truth_holdings": len(truth),
+            "convergence_s": times,
+            "truth_unchanged_after_comparison": truth_after == truth,
+            "subscriber_exit_codes": codes,
+        }
         if truth_after != truth:
             ok = False
             self.log("the truth changed while the subscribers were compared")
@@ -333,7 +393,8 @@ class Soak:
                 self.log(f"{proc.name} differs from master B: {diff}")
         for name in ("mirror-start", "mirror-late"):
             self.summary["subscribers"][name] = self.mirror_counters(
-                os.path.join(self.out, name + ".log"))
+                os.path.join(self.out, name + ".log")
+            )
         try:
             with open(indexer.stats) as f:
                 lossy = json.load(f)["publishers"][0]
@@ -347,13 +408,21 @@ class Soak:
             self.log(f"indexer-lossy wrote no stats: {e}")
         phase2["status"] = status
         # The status and the metrics carry the incarnation and the replay counters.
-        for key in ("incarnation", "replay_requests", "replayed_messages", "snapshots_served",
-                    "snapshot_objects"):
+        for key in (
+            "incarnation",
+            "replay_requests",
+            "replayed_messages",
+            "snapshots_served",
+            "snapshot_objects",
+        ):
             if key not in status:
                 ok = False
                 self.log(f"/kv_events/status lacks {key}")
-        for name in ("mooncake_kv_events_incarnation_info", "mooncake_kv_events_replay_requests_total",
-                     "mooncake_kv_events_snapshots_served_total"):
+        for name in (
+            "mooncake_kv_events_incarnation_info",
+            "mooncake_kv_events_replay_requests_total",
+            "mooncake_kv_events_snapshots_served_total",
+        ):
             if name not in metrics:
                 ok = False
                 self.log(f"/metrics lacks {name}")
@@ -373,16 +442,20 @@ class Soak:
     def report(self):
         s = self.summary
         for phase, p in s["phases"].items():
-            ops = ", ".join(f"{op} {c['calls']} ({c['ok']} ok, {c['objects']} objects)"
-                            for op, c in sorted(p["operations"].items()))
+            ops = ", ".join(
+                f"{op} {c['calls']} ({c['ok']} ok, {c['objects']} objects)"
+                for op, c in sorted(p["operations"].items())
+            )
             st = p["status"]
             print(f"phase {phase}: {ops}")
-            print(f"  published {st.get('published_events')} events in {st.get('published_batches')}"
-                  f" messages, dropped {st.get('dropped_events')}; replay requests "
-                  f"{st.get('replay_requests')}, replayed {st.get('replayed_messages')}, snapshots"
-                  f" {st.get('snapshots_served')} ({st.get('snapshot_objects')} objects); "
-                  f"truth {p['truth_holdings']} holdings; mirrors equal to it "
-                  f"{p['convergence_s']} s after it was read (their dumps come every second)")
+            print(
+                f"  published {st.get('published_events')} events in {st.get('published_batches')}"
+                f" messages, dropped {st.get('dropped_events')}; replay requests "
+                f"{st.get('replay_requests')}, replayed {st.get('replayed_messages')}, snapshots"
+                f" {st.get('snapshots_served')} ({st.get('snapshot_objects')} objects); "
+                f"truth {p['truth_holdings']} holdings; mirrors equal to it "
+                f"{p['convergence_s']} s after it was read (their dumps come every second)"
+            )
         for name, counters in s["subscribers"].items():
             print(f"{name}: {counters}")
         for name, diff in s["mismatches"].items():
@@ -406,8 +479,12 @@ def main():
     p.add_argument("--kv-events", required=True)
     p.add_argument("--indexer", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--seconds", type=int, default=int(os.environ.get("SOAK_SECONDS", 70)),
-                   help="workload time, split between the two phases (default 70)")
+    p.add_argument(
+        "--seconds",
+        type=int,
+        default=int(os.environ.get("SOAK_SECONDS", 70)),
+        help="workload time, split between the two phases (default 70)",
+    )
     p.add_argument("--segment-mb", type=int, default=32)
     p.add_argument("--quota-mb", type=int, default=48)
     p.add_argument("--key-space", type=int, default=2000)

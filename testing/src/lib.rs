@@ -108,6 +108,7 @@ pub fn assert_silent(subscriber: &mut Subscriber) {
 pub struct TempDir(pub std::path::PathBuf);
 
 impl TempDir {
+    /// `kv-events-NAME-PID` in the system's temporary directory, emptied if it was there.
     pub fn new(name: &str) -> TempDir {
         let dir = std::env::temp_dir().join(format!("kv-events-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -115,6 +116,7 @@ impl TempDir {
         TempDir(dir)
     }
 
+    /// The path of the file `name` in the directory.
     pub fn path(&self, name: &str) -> std::path::PathBuf {
         self.0.join(name)
     }

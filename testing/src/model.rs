@@ -19,6 +19,7 @@ pub struct Model {
 }
 
 impl Model {
+    /// A master holding no object.
     pub fn new() -> Model {
         Model::default()
     }
@@ -98,10 +99,12 @@ impl Model {
 pub struct Rng(u64);
 
 impl Rng {
+    /// The generator of `seed` (any value: it is spread and made odd, never zero).
     pub fn new(seed: u64) -> Rng {
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// The next number, in `0..n` (`n` must not be 0).
     pub fn below(&mut self, n: u64) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;

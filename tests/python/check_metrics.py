@@ -48,7 +48,7 @@ def main(metrics_path, status_path):
         if sample.name.endswith("_info"):
             # An id too wide for a float sample rides in a label: NAME_info{NAME="id"} 1; the
             # status writes it as a string of the same digits.
-            field = sample.name[len(PREFIX):-len("_info")]
+            field = sample.name[len(PREFIX) : -len("_info")]
             assert isinstance(status[field], str) and status[field].isdigit(), status[field]
             assert sample.labels == {field: status[field]}, (sample, status[field])
             assert sample.value == 1, sample
@@ -58,7 +58,7 @@ def main(metrics_path, status_path):
         assert sample.name.startswith(PREFIX), sample.name
         assert sample.name in declared["HELP"], f"no # HELP line for {sample.name}"
         assert declared["TYPE"].get(sample.name) == family.type, f"# TYPE of {sample.name}"
-        field = sample.name[len(PREFIX):]
+        field = sample.name[len(PREFIX) :]
         if family.type == "counter":
             assert field.endswith("_total"), f"counter {sample.name} does not end in _total"
             field = field[: -len("_total")]
@@ -76,8 +76,10 @@ def main(metrics_path, status_path):
         expected = int(expected) if isinstance(expected, bool) else expected
         assert value == expected, f"{field}: metric {value}, status_json {expected}"
     assert build_info is not None, "no mooncake_kv_events_build_info"
-    print(f"{len(values)} metrics match status_json: "
-          + ", ".join(f"{k}={v:g}" for k, v in sorted(values.items())))
+    print(
+        f"{len(values)} metrics match status_json: "
+        + ", ".join(f"{k}={v:g}" for k, v in sorted(values.items()))
+    )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,9 @@ class Fake:
         self.xpub.bind(self.pub)
         self.incarnation, self.snapshots = incarnation, snapshots
         self.lock = threading.Lock()
-        self.truth = {}          # (backend, tenant, key) -> set of media
+        self.truth = {}  # (backend, tenant, key) -> set of media
         self.sequence = 0
-        self.ring = []           # (sequence, payload) of every message sent
+        self.ring = []  # (sequence, payload) of every message sent
         self.infos_served = self.snapshots_served = self.replays_served = 0
         for event in initial:
             self.apply(event)
@@ -123,29 +123,60 @@ class Fake:
         with self.lock:
             if request == [b"", b"info"]:
                 self.infos_served += 1
-                return [[b"info", msgpack.packb({
-                    "incarnation": self.incarnation, "backend_id": "b", "dp_rank": 0,
-                    "last_sequence": self.sequence,
-                    "oldest_sequence": self.ring[0][0] if self.ring else 0,
-                    "snapshots": self.snapshots})]]
+                return [
+                    [
+                        b"info",
+                        msgpack.packb(
+                            {
+                                "incarnation": self.incarnation,
+                                "backend_id": "b",
+                                "dp_rank": 0,
+                                "last_sequence": self.sequence,
+                                "oldest_sequence": self.ring[0][0] if self.ring else 0,
+                                "snapshots": self.snapshots,
+                            }
+                        ),
+                    ]
+                ]
             if request[:2] == [b"", b"snapshot"]:
                 if not self.snapshots:
                     return [[b"error", b"snapshots are not available from this publisher"]]
                 self.snapshots_served += 1
-                events = [{"event_type": "stored", "backend_id": b, "tenant_id": t,
-                           "object_key": k, "medium": m}
-                          for (b, t, k), media in sorted(self.truth.items(), key=repr)
-                          for m in sorted(media)]
-                replies = [[b"snapshot", msgpack.packb([0, events[i:i + 64], 0])]
-                           for i in range(0, len(events), 64)]
-                return replies + [[b"snapshot-end", msgpack.packb({
-                    "sequence": self.sequence, "objects": len(self.truth),
-                    "events": len(events), "incarnation": self.incarnation, "tenant": None})]]
+                events = [
+                    {
+                        "event_type": "stored",
+                        "backend_id": b,
+                        "tenant_id": t,
+                        "object_key": k,
+                        "medium": m,
+                    }
+                    for (b, t, k), media in sorted(self.truth.items(), key=repr)
+                    for m in sorted(media)
+                ]
+                replies = [
+                    [b"snapshot", msgpack.packb([0, events[i : i + 64], 0])]
+                    for i in range(0, len(events), 64)
+                ]
+                return replies + [
+                    [
+                        b"snapshot-end",
+                        msgpack.packb(
+                            {
+                                "sequence": self.sequence,
+                                "objects": len(self.truth),
+                                "events": len(events),
+                                "incarnation": self.incarnation,
+                                "tenant": None,
+                            }
+                        ),
+                    ]
+                ]
             if len(request) == 2 and request[0] == b"" and len(request[1]) == 8:
                 self.replays_served += 1
                 start = int.from_bytes(request[1], "big")
-                return [[s.to_bytes(8, "big"), body] for s, body in self.ring if s >= start] \
-                    + [[END, b""]]
+                return [[s.to_bytes(8, "big"), body] for s, body in self.ring if s >= start] + [
+                    [END, b""]
+                ]
             return [[b"error", b"unknown request"]]
 
     def close(self):

@@ -39,28 +39,36 @@ def expected_index(path):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("pub")
     p.add_argument("replay")
     p.add_argument("expected")
     p.add_argument("--timeout", type=float, default=120.0)
-    p.add_argument("--pause", type=float, default=0.0, metavar="SECONDS",
-                   help="once in sync, stop reading this long: what the demo sends meanwhile "
-                        "waits in the socket, and is then applied as fast as it can be")
+    p.add_argument(
+        "--pause",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="once in sync, stop reading this long: what the demo sends meanwhile "
+        "waits in the socket, and is then applied as fast as it can be",
+    )
     args = p.parse_args()
     recoveries = []
     follower = Follower([(args.pub, args.replay)], on_recovery=recoveries.append)
     started = time.monotonic()
-    first = last = None     # when events were first and last seen applied
+    first = last = None  # when events were first and last seen applied
     applied = base = 0
     expected = None
     try:
         while True:
             now = time.monotonic()
             if now - started > args.timeout:
-                sys.exit(f"follow_demo: not in sync with the demo after {args.timeout:.0f} s: "
-                         f"{follower.stats()}, recoveries {recoveries}")
+                sys.exit(
+                    f"follow_demo: not in sync with the demo after {args.timeout:.0f} s: "
+                    f"{follower.stats()}, recoveries {recoveries}"
+                )
             before = time.monotonic()
             follower.poll(0.1)
             if args.pause and follower.in_sync():
@@ -77,11 +85,15 @@ def main():
                 last, applied = time.monotonic(), events
             if expected is None and os.path.exists(args.expected):
                 expected = expected_index(args.expected)
-            if expected is not None and follower.in_sync() \
-                    and follower.states[0].last >= expected[1]:
+            if (
+                expected is not None
+                and follower.in_sync()
+                and follower.states[0].last >= expected[1]
+            ):
                 break
-        objects = sorted((rendered(t), rendered(k), tuple(sorted(m)))
-                         for t, k, m in follower.objects())
+        objects = sorted(
+            (rendered(t), rendered(k), tuple(sorted(m))) for t, k, m in follower.objects()
+        )
         [stats] = follower.stats()
     finally:
         follower.close()
@@ -90,18 +102,22 @@ def main():
     snapshot = next((r for r in recoveries if r.kind == "snapshot"), None)
     joined = next((r.seconds for r in recoveries if r.kind == "in_sync"), None)
     timed = stats["events"] + stats["snapshot_events"] - base
-    print(f"follow_demo: {len(objects)} objects at sequence {stats['last_sequence']}, "
-          f"{stats['events']} events and {stats['snapshot_events']} snapshot events applied, "
-          f"{timed} of them in {busy:.2f} s ({timed / max(busy, 1e-9):,.0f} events/s);"
-          f" in sync {joined if joined is None else round(joined, 2)} s after the "
-          f"start{'' if snapshot is None else ', by a snapshot'}; recoveries {kinds}; gaps "
-          f"{stats['gaps']}, replays {stats['replays']}, malformed {stats['malformed']}")
+    print(
+        f"follow_demo: {len(objects)} objects at sequence {stats['last_sequence']}, "
+        f"{stats['events']} events and {stats['snapshot_events']} snapshot events applied, "
+        f"{timed} of them in {busy:.2f} s ({timed / max(busy, 1e-9):,.0f} events/s);"
+        f" in sync {joined if joined is None else round(joined, 2)} s after the "
+        f"start{'' if snapshot is None else ', by a snapshot'}; recoveries {kinds}; gaps "
+        f"{stats['gaps']}, replays {stats['replays']}, malformed {stats['malformed']}"
+    )
     if objects != expected[0] or stats["last_sequence"] != expected[1]:
         have, want = set(objects), set(expected[0])
         missing = sorted(want - have)[:5]
         extra = sorted(have - want)[:5]
-        sys.exit(f"follow_demo: the index is not the demo's: missing {missing}, extra {extra}, "
-                 f"last sequence {stats['last_sequence']} against {expected[1]}")
+        sys.exit(
+            f"follow_demo: the index is not the demo's: missing {missing}, extra {extra}, "
+            f"last sequence {stats['last_sequence']} against {expected[1]}"
+        )
     print(f"follow_demo: the index equals the demo's ({len(objects)} objects)")
 
 

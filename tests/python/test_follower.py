@@ -20,14 +20,20 @@ INSTALLED = os.environ.get("MOONCAKE_KV_EVENTS_INSTALLED") == "1"
 if not INSTALLED:
     sys.path.insert(0, str(SOURCE))
 sys.path.insert(0, str(HERE))
+# E402: imported only once the package under test and the helpers are on sys.path (above).
 import fake_publisher  # noqa: E402
 import mooncake_kv_events  # noqa: E402
 from mooncake_kv_events import Event, Follower, Recovery  # noqa: E402
 
 
 def stored(key, medium="cpu", tenant="t"):
-    return {"event_type": "stored", "backend_id": "b", "tenant_id": tenant,
-            "object_key": key, "medium": medium}
+    return {
+        "event_type": "stored",
+        "backend_id": "b",
+        "tenant_id": tenant,
+        "object_key": key,
+        "medium": medium,
+    }
 
 
 def removed(key, medium="cpu", tenant="t"):
@@ -50,9 +56,12 @@ class Setup:
         self.events, self.recoveries, self.notes = [], [], []
         publisher = (self.fake.pub, self.fake.router) if replay else self.fake.pub
         self.follower = Follower(
-            [publisher], note=self.notes.append,
+            [publisher],
+            note=self.notes.append,
             on_event=lambda *args: self.events.append(args),
-            on_recovery=self.recoveries.append, **options)
+            on_recovery=self.recoveries.append,
+            **options,
+        )
 
     def kinds(self):
         return [r.kind for r in self.recoveries]
@@ -89,8 +98,10 @@ def test_a_join_by_snapshot_then_events_objects_and_counters():
         snapshot = s.recoveries[0]
         assert snapshot == Recovery(s.fake.pub, "snapshot", "2 objects at sequence 0", 0, True)
         assert s.recoveries[1].seconds is not None and s.events == []
-        assert list(s.follower.objects()) == [(b"t", b"a", frozenset({"cpu", "disk"})),
-                                              (b"t", b"k\xff", frozenset({"disk"}))]
+        assert list(s.follower.objects()) == [
+            (b"t", b"a", frozenset({"cpu", "disk"})),
+            (b"t", b"k\xff", frozenset({"disk"})),
+        ]
         s.fake.publish(stored("b"), removed("a"))
         s.fake.publish(stored("c", tenant=b"\xfeu"))
         until(s.follower, lambda: len(s.events) == 3, "the events")
@@ -99,10 +110,12 @@ def test_a_join_by_snapshot_then_events_objects_and_counters():
             (s.fake.pub, 1, Event("removed", "b", b"t", b"a", "cpu")),
             (s.fake.pub, 2, Event("stored", "b", b"\xfeu", b"c", "cpu")),
         ]
-        assert list(s.follower.objects()) == [(b"t", b"a", frozenset({"disk"})),
-                                              (b"t", b"b", frozenset({"cpu"})),
-                                              (b"t", b"k\xff", frozenset({"disk"})),
-                                              (b"\xfeu", b"c", frozenset({"cpu"}))]
+        assert list(s.follower.objects()) == [
+            (b"t", b"a", frozenset({"disk"})),
+            (b"t", b"b", frozenset({"cpu"})),
+            (b"t", b"k\xff", frozenset({"disk"})),
+            (b"\xfeu", b"c", frozenset({"cpu"})),
+        ]
         assert s.follower.get(b"t", b"a") == frozenset({"disk"})
         assert s.follower.get(b"t", b"gone") == frozenset()
         counters = s.follower.counters()
@@ -112,6 +125,7 @@ def test_a_join_by_snapshot_then_events_objects_and_counters():
         [stats] = s.follower.stats()
         assert stats["objects"] == 4 and stats["last_sequence"] == 2 and stats["in_sync"], stats
         assert s.follower.freshest() == s.fake.pub == s.follower.publishers[0]
+
     with_setup(test, [stored("a"), stored("a", "disk"), stored(b"k\xff", "disk")])
 
 
@@ -131,6 +145,7 @@ def test_run_processes_for_that_long():
         started = time.monotonic()
         s.follower.run(30, idle_timeout=0.5)
         assert time.monotonic() - started < 10
+
     with_setup(test)
 
 
@@ -141,21 +156,30 @@ def test_a_gap_is_told_and_replayed():
         s.fake.publish(stored("a"))
         s.fake.lose(stored("lost"), removed("a"))
         s.fake.publish(stored("b"))
-        until(s.follower, lambda: s.kinds()[-1:] == ["in_sync"] and len(s.kinds()) > 2,
-              "the recovery")
+        until(
+            s.follower, lambda: s.kinds()[-1:] == ["in_sync"] and len(s.kinds()) > 2, "the recovery"
+        )
         assert s.kinds() == ["snapshot", "in_sync", "gap", "replay", "in_sync"], s.recoveries
         gap, replay, back = s.recoveries[2:]
         assert (gap.detail, gap.sequence, gap.replaced) == ("sequences 2..2 missing", 1, False)
-        assert (replay.detail, replay.sequence, replay.replaced) == \
-            ("sequences 2..3 replayed", 3, False)
+        assert (replay.detail, replay.sequence, replay.replaced) == (
+            "sequences 2..3 replayed",
+            3,
+            False,
+        )
         assert back.seconds is not None and back.seconds < 10, back
         # Every event, the lost one included, in the order of the stream.
         assert [(sequence, e.kind, e.key) for _, sequence, e in s.events] == [
-            (1, "stored", b"a"), (2, "stored", b"lost"), (2, "removed", b"a"), (3, "stored", b"b")]
+            (1, "stored", b"a"),
+            (2, "stored", b"lost"),
+            (2, "removed", b"a"),
+            (3, "stored", b"b"),
+        ]
         assert [key for _, key, _ in s.follower.objects()] == [b"b", b"lost"]
         counters = s.follower.counters()
         assert (counters["gaps"], counters["missed"], counters["replays"]) == (1, 1, 1), counters
-        assert counters["discarded"] == 1, counters   # 3, received live, came in the replay too
+        assert counters["discarded"] == 1, counters  # 3, received live, came in the replay too
+
     with_setup(test)
 
 
@@ -169,13 +193,15 @@ def test_a_restart_is_a_new_incarnation_and_a_snapshot():
         s.fake.restart(0x2626, stored("new"))
         s.fake.publish(stored("next"))
         until(s.follower, lambda: s.kinds().count("in_sync") == 2, "the recovery")
-        assert s.kinds() == ["snapshot", "in_sync", "incarnation", "snapshot", "in_sync"], \
+        assert s.kinds() == ["snapshot", "in_sync", "incarnation", "snapshot", "in_sync"], (
             s.recoveries
+        )
         assert "the publisher restarted" in s.recoveries[2].detail
         assert s.recoveries[3].replaced and s.recoveries[3].sequence == 1
         assert [key for _, key, _ in s.follower.objects()] == [b"new", b"next"]
         assert s.follower.states[0].incarnation == 0x2626
         assert s.follower.counters()["incarnations"] == 1
+
     with_setup(test, [stored("a")])
 
 
@@ -191,6 +217,7 @@ def test_without_a_replay_socket_it_follows_the_stream_alone():
         assert s.kinds() == ["in_sync", "gap", "incomplete"], s.recoveries
         assert s.recoveries[2].replaced and not s.follower.in_sync()
         assert list(s.follower.objects()) == [(b"t", b"b", frozenset({"cpu"}))]
+
     with_setup(test, replay=False)
 
 
@@ -216,8 +243,10 @@ def test_a_follower_on_its_own_thread_is_read_from_another():
             s.follower.stop()
             thread.join(10)
         assert not thread.is_alive(), "stop did not end run"
-        assert [key for _, key, _ in s.follower.objects()] == \
-            [f"k{i:03}".encode() for i in range(200)]
+        assert [key for _, key, _ in s.follower.objects()] == [
+            f"k{i:03}".encode() for i in range(200)
+        ]
+
     with_setup(test)
 
 
@@ -234,6 +263,7 @@ def test_a_failing_callback_is_logged_and_the_follower_goes_on():
     def test(s):
         def failing(*_):
             raise RuntimeError("the callback's own bug")
+
         s.follower.states[0].on_event = failing
         s.fake.wait_for_subscriber()
         s.in_sync()
@@ -241,6 +271,7 @@ def test_a_failing_callback_is_logged_and_the_follower_goes_on():
         s.fake.publish(stored("b"))
         until(s.follower, lambda: s.follower.counters()["events"] == 2, "the events")
         assert [key for _, key, _ in s.follower.objects()] == [b"a", b"b"]
+
     logger = logging.getLogger("mooncake_kv_events")
     records = Records()
     logger.addHandler(records)
@@ -257,8 +288,11 @@ def test_a_failing_callback_is_logged_and_the_follower_goes_on():
 
 if __name__ == "__main__":
     wanted = sys.argv[1:]
-    tests = [(name, f) for name, f in sorted(globals().items())
-             if name.startswith("test_") and (not wanted or any(w in name for w in wanted))]
+    tests = [
+        (name, f)
+        for name, f in sorted(globals().items())
+        if name.startswith("test_") and (not wanted or any(w in name for w in wanted))
+    ]
     for name, test in tests:
         started = time.monotonic()
         test()

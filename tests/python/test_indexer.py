@@ -22,10 +22,17 @@ HERE = pathlib.Path(__file__).resolve().parent
 EXAMPLE = HERE.parents[1] / "examples" / "python" / "indexer.py"
 sys.path.insert(0, str(HERE.parents[1] / "python" / "src"))
 sys.path.insert(0, str(HERE))
+# E402: imported only once the checkout's package and the helpers are on sys.path (above).
 import fake_publisher  # noqa: E402
 from mooncake_kv_events.follower import freshest  # noqa: E402
 from mooncake_kv_events.index import Index, merged, write_dump  # noqa: E402
-from mooncake_kv_events.state import ASK_TIMEOUT, CHECK_EVERY, RETRY_FIRST, Ask, FollowerState  # noqa: E402
+from mooncake_kv_events.state import (  # noqa: E402
+    ASK_TIMEOUT,
+    CHECK_EVERY,
+    RETRY_FIRST,
+    Ask,
+    FollowerState,
+)
 from mooncake_kv_events.wire import parse_event, rendered  # noqa: E402
 
 END = (-1).to_bytes(8, "big", signed=True)
@@ -60,9 +67,20 @@ def message(sequence, *events):
 
 
 def info(incarnation=7, last=0, oldest=0, snapshots=True):
-    return [b"", b"info", msgpack.packb({"incarnation": incarnation, "backend_id": "b",
-                                         "dp_rank": 0, "last_sequence": last,
-                                         "oldest_sequence": oldest, "snapshots": snapshots})]
+    return [
+        b"",
+        b"info",
+        msgpack.packb(
+            {
+                "incarnation": incarnation,
+                "backend_id": "b",
+                "dp_rank": 0,
+                "last_sequence": last,
+                "oldest_sequence": oldest,
+                "snapshots": snapshots,
+            }
+        ),
+    ]
 
 
 def snapshot(*events):
@@ -70,9 +88,19 @@ def snapshot(*events):
 
 
 def snapshot_end(sequence, events, incarnation=7):
-    return [b"", b"snapshot-end", msgpack.packb({"sequence": sequence, "objects": events,
-                                                 "events": events, "incarnation": incarnation,
-                                                 "tenant": None})]
+    return [
+        b"",
+        b"snapshot-end",
+        msgpack.packb(
+            {
+                "sequence": sequence,
+                "objects": events,
+                "events": events,
+                "incarnation": incarnation,
+                "tenant": None,
+            }
+        ),
+    ]
 
 
 def replayed(sequence, *events):
@@ -136,10 +164,16 @@ def replay_from(sequence):
 
 # The index.
 
+
 def test_stored_and_removed_are_idempotent():
     index = Index()
-    for e in [stored("k"), stored("k"), stored("k", "disk"), stored("k", "disk"),
-              removed("never-seen")]:
+    for e in [
+        stored("k"),
+        stored("k"),
+        stored("k", "disk"),
+        stored("k", "disk"),
+        removed("never-seen"),
+    ]:
         index.apply(parse_event(e))
     assert list(index.entries()) == [("b", b"t", b"k", ["cpu", "disk"])]
     for e in [removed("k"), removed("k")]:
@@ -151,8 +185,13 @@ def test_stored_and_removed_are_idempotent():
 
 def test_cleared_wipes_only_its_backend_and_tenant():
     index = Index()
-    for e in [stored("k1"), stored("k2", "disk"), stored("k1", tenant="u"),
-              stored("k1", backend="c"), cleared()]:
+    for e in [
+        stored("k1"),
+        stored("k2", "disk"),
+        stored("k1", tenant="u"),
+        stored("k1", backend="c"),
+        cleared(),
+    ]:
         index.apply(parse_event(e))
     assert list(index.entries()) == [("b", b"u", b"k1", ["cpu"]), ("c", b"t", b"k1", ["cpu"])]
 
@@ -162,8 +201,11 @@ def test_bin_keys_stay_bytes_and_dump_as_hex():
     for e in [stored(b"k\xff"), stored("k", tenant=b"\xfet"), stored(b"k")]:
         index.apply(parse_event(e))
     # A str key and a bin key of the same bytes are the same key: the master's bytes.
-    assert list(index.entries()) == [("b", b"t", b"k", ["cpu"]), ("b", b"t", b"k\xff", ["cpu"]),
-                                     ("b", b"\xfet", b"k", ["cpu"])]
+    assert list(index.entries()) == [
+        ("b", b"t", b"k", ["cpu"]),
+        ("b", b"t", b"k\xff", ["cpu"]),
+        ("b", b"\xfet", b"k", ["cpu"]),
+    ]
     assert rendered(b"caf\xc3\xa9") == "caf\u00e9"
     assert rendered(b"k\xff") == {"hex": "6bff"}
 
@@ -173,6 +215,7 @@ def test_the_dump_is_sorted_json_lines_of_one_index_or_the_union():
         f = FollowerState(name, False, note=lambda _: None)
         f.apply(f.index, list(events))
         return f
+
     a = follower("a", stored(b"k\xff", "disk"), stored("z"), stored("caf\u00e9", tenant="u"))
     b = follower("b", stored("z", "disk", backend="c"), stored("b"))
     with tempfile.TemporaryDirectory() as d:
@@ -182,13 +225,15 @@ def test_the_dump_is_sorted_json_lines_of_one_index_or_the_union():
         assert write_dump(path, merged([a.index, b.index])) == 4
         union = [json.loads(line) for line in open(path, encoding="utf-8")]
     # Byte order of tenant then key; compact, keys sorted, UTF-8 as is: as kv-events mirror.
-    assert text == ('{"key":{"hex":"6bff"},"media":["disk"],"tenant":"t"}\n'
-                    '{"key":"z","media":["cpu"],"tenant":"t"}\n'
-                    '{"key":"caf\u00e9","media":["cpu"],"tenant":"u"}\n'), text
+    assert text == (
+        '{"key":{"hex":"6bff"},"media":["disk"],"tenant":"t"}\n'
+        '{"key":"z","media":["cpu"],"tenant":"t"}\n'
+        '{"key":"caf\u00e9","media":["cpu"],"tenant":"u"}\n'
+    ), text
     assert union == [
         {"tenant": "t", "key": "b", "media": ["cpu"]},
         {"tenant": "t", "key": {"hex": "6bff"}, "media": ["disk"]},
-        {"tenant": "t", "key": "z", "media": ["cpu", "disk"]},   # two publishers' views
+        {"tenant": "t", "key": "z", "media": ["cpu", "disk"]},  # two publishers' views
         {"tenant": "u", "key": "caf\u00e9", "media": ["cpu"]},
     ]
 
@@ -197,7 +242,7 @@ def test_the_dump_is_of_the_publisher_in_sync_heard_from_last():
     old, new, behind = (FollowerState(n, False, note=lambda _: None) for n in "onb")
     for f, at in ((old, 5.0), (new, 9.0), (behind, 12.0)):
         f.complete, f.heard_at = True, at
-    behind.state, behind.asked = "asking", Ask("snapshot", 12.0)   # recovering
+    behind.state, behind.asked = "asking", Ask("snapshot", 12.0)  # recovering
     assert freshest([old, new, behind]) is new
     new.complete = False
     assert freshest([old, new, behind]) is old
@@ -212,10 +257,11 @@ def test_the_dump_is_of_the_publisher_in_sync_heard_from_last():
 
 # Joining: subscribe, snapshot, then the held messages after it.
 
+
 def test_a_join_installs_the_snapshot_then_the_held_messages_after_it():
     r = Run()
     assert r.sent() == [INFO]
-    r.stream(message(4, stored("old")))                  # held while asking
+    r.stream(message(4, stored("old")))  # held while asking
     r.reply(info(last=5, oldest=1))
     assert r.sent() == [SNAPSHOT]
     r.stream(message(5, stored("in-snapshot")), message(6, stored("after")))
@@ -223,8 +269,11 @@ def test_a_join_installs_the_snapshot_then_the_held_messages_after_it():
     assert r.f.state == "asking" and objects(r.f) == []  # nothing before the end
     r.reply(snapshot_end(5, 3))
     # 4 and 5 are in the snapshot; 6 goes on from it.
-    assert plain(r.f) == [("t", "a", ["cpu", "disk"]), ("t", "after", ["cpu"]),
-                          ("t", "in-snapshot", ["cpu"])]
+    assert plain(r.f) == [
+        ("t", "a", ["cpu", "disk"]),
+        ("t", "after", ["cpu"]),
+        ("t", "in-snapshot", ["cpu"]),
+    ]
     assert (r.f.last, r.f.incarnation, r.f.complete) == (6, 7, True)
     assert r.f.counters["snapshots"] == 1 and r.f.counters["gaps"] == 0
     assert r.f.converged_at == r.now
@@ -237,13 +286,18 @@ def test_a_join_whose_first_held_message_is_not_next_replays_the_rest():
     r.sent()
     r.reply(info(last=5, oldest=1))
     r.sent()
-    r.stream(message(9, stored("nine")))                  # 6..8 never reached the socket
+    r.stream(message(9, stored("nine")))  # 6..8 never reached the socket
     r.reply(snapshot(stored("a")), snapshot_end(5, 1))
     assert r.sent() == [INFO] and r.f.state == "asking"
     r.reply(info(last=9, oldest=1))
     assert r.sent() == [replay_from(6)]
-    r.reply(replayed(6, stored("six")), replayed(7, removed("a")), replayed(8, stored("eight")),
-            replayed(9, stored("nine")), end_of_replay())
+    r.reply(
+        replayed(6, stored("six")),
+        replayed(7, removed("a")),
+        replayed(8, stored("eight")),
+        replayed(9, stored("nine")),
+        end_of_replay(),
+    )
     assert plain(r.f) == [("t", "eight", ["cpu"]), ("t", "nine", ["cpu"]), ("t", "six", ["cpu"])]
     assert (r.f.last, r.f.state, r.f.complete) == (9, "live", True)
     assert r.f.counters["gaps"] == 1 and r.f.counters["missed"] == 3
@@ -261,6 +315,7 @@ def test_a_publisher_that_sent_nothing_needs_no_snapshot_to_start():
 
 # Gaps.
 
+
 def test_a_gap_still_held_is_replayed():
     r = Run()
     r.live_at(10, stored("a"))
@@ -268,10 +323,15 @@ def test_a_gap_still_held_is_replayed():
     assert r.sent() == [INFO]
     r.reply(info(last=15, oldest=3))
     assert r.sent() == [replay_from(12)]
-    r.reply(replayed(12, stored("c")), replayed(13, removed("a")), replayed(14, stored("e")),
-            replayed(15, stored("f")), end_of_replay())
+    r.reply(
+        replayed(12, stored("c")),
+        replayed(13, removed("a")),
+        replayed(14, stored("e")),
+        replayed(15, stored("f")),
+        end_of_replay(),
+    )
     assert plain(r.f) == [("t", k, ["cpu"]) for k in "bcef"]
-    assert r.f.last == 15 and r.f.counters["discarded"] == 2   # 14 and 15, held
+    assert r.f.last == 15 and r.f.counters["discarded"] == 2  # 14 and 15, held
     assert r.f.counters["snapshots"] == 1 and r.f.counters["replays"] == 1
 
 
@@ -285,9 +345,13 @@ def test_replies_with_the_topic_frame_and_topics_on_the_stream_are_read_alike():
     assert r.sent() == [INFO]
     r.reply(info(last=14, oldest=3))
     assert r.sent() == [replay_from(12)]
-    r.reply(*[[b"", topic] + replayed(n, *e)[1:] for n, e in
-              [(12, [stored("c")]), (13, [removed("a")]), (14, [stored("e")])]],
-            [b"", b"", END, b""])
+    r.reply(
+        *[
+            [b"", topic] + replayed(n, *e)[1:]
+            for n, e in [(12, [stored("c")]), (13, [removed("a")]), (14, [stored("e")])]
+        ],
+        [b"", b"", END, b""],
+    )
     assert plain(r.f) == [("t", k, ["cpu"]) for k in "bce"]
     assert r.f.last == 14 and r.f.counters["malformed"] == 0, r.notes
 
@@ -295,9 +359,9 @@ def test_replies_with_the_topic_frame_and_topics_on_the_stream_are_read_alike():
 def test_a_heartbeat_moves_the_sequence_on_and_shows_a_lost_tail():
     r = Run()
     r.live_at(10, stored("a"))
-    r.stream(message(11))                      # a heartbeat: no event
+    r.stream(message(11))  # a heartbeat: no event
     assert r.f.last == 11 and r.sent() == []
-    r.stream(message(13))                      # 12 was lost before a silence
+    r.stream(message(13))  # 12 was lost before a silence
     assert r.sent() == [INFO]
     r.reply(info(last=13, oldest=3))
     assert r.sent() == [replay_from(12)]
@@ -327,7 +391,7 @@ def test_a_gap_of_numbers_never_sent_is_a_snapshot():
     assert r.sent() == [replay_from(11)]
     r.reply(replayed(11, stored("b")), replayed(14, stored("e")), end_of_replay())
     assert r.sent() == [SNAPSHOT]
-    assert r.f.last == 11           # what the replay did give is applied meanwhile
+    assert r.f.last == 11  # what the replay did give is applied meanwhile
     assert r.f.counters["replays"] == 0 and r.f.counters["replayed_messages"] == 1
     r.reply(snapshot(stored("a"), stored("b"), stored("lost-one")), snapshot_end(14, 3))
     assert plain(r.f) == [("t", k, ["cpu"]) for k in ("a", "b", "lost-one")]
@@ -380,6 +444,7 @@ def test_a_message_between_two_checks_clears_the_suspicion():
 
 # Restarts.
 
+
 def test_a_sequence_going_back_is_a_restart_and_a_snapshot():
     r = Run()
     r.live_at(10, stored("a"))
@@ -396,7 +461,7 @@ def test_a_new_incarnation_seen_by_a_check_is_a_snapshot():
     r.live_at(10, stored("a"))
     r.later(CHECK_EVERY)
     r.sent()
-    r.reply(info(incarnation=9, last=30, oldest=1))   # a restart whose stream is above ours
+    r.reply(info(incarnation=9, last=30, oldest=1))  # a restart whose stream is above ours
     assert r.sent() == [SNAPSHOT] and r.f.counters["incarnations"] == 1
     r.reply(snapshot_end(30, 0, incarnation=9))
     assert objects(r.f) == [] and r.f.incarnation == 9 and r.f.last == 30
@@ -422,12 +487,12 @@ def test_what_was_held_when_info_shows_a_new_life_is_forgotten():
     r.live_at(5000, stored("a"))
     r.later(CHECK_EVERY)
     r.sent()
-    r.stream(message(5001, stored("old-life")))          # still queued when the old life ended
+    r.stream(message(5001, stored("old-life")))  # still queued when the old life ended
     r.reply(info(incarnation=8, last=3, oldest=1))
     assert r.sent() == [SNAPSHOT] and not r.f.held
     r.reply(snapshot(stored("new")), snapshot_end(3, 1, incarnation=8))
     assert plain(r.f) == [("t", "new", ["cpu"])] and r.f.last == 3
-    r.stream(message(4, stored("next")))                 # below 5001: taken for a new life
+    r.stream(message(4, stored("next")))  # below 5001: taken for a new life
     r.reply(info(incarnation=8, last=4, oldest=1))
     r.reply(snapshot(stored("new"), stored("next")), snapshot_end(4, 2, incarnation=8))
     assert plain(r.f) == [("t", "new", ["cpu"]), ("t", "next", ["cpu"])]
@@ -449,14 +514,19 @@ def test_a_held_message_beyond_what_the_publisher_sent_is_not_its():
 
 # Without snapshots.
 
+
 def test_without_snapshots_a_replay_from_1_rebuilds_everything():
     r = Run()
     r.sent()
     r.reply(info(last=3, oldest=1, snapshots=False))
     assert r.sent() == [replay_from(1)]
     r.stream(message(4, stored("d")))
-    r.reply(replayed(1, stored("a")), replayed(2, stored("b")), replayed(3, removed("a")),
-            end_of_replay())
+    r.reply(
+        replayed(1, stored("a")),
+        replayed(2, stored("b")),
+        replayed(3, removed("a")),
+        end_of_replay(),
+    )
     assert plain(r.f) == [("t", "b", ["cpu"]), ("t", "d", ["cpu"])]
     assert r.f.complete and r.f.last == 4 and r.f.counters["replays"] == 1
 
@@ -485,6 +555,7 @@ def test_without_snapshots_nor_sequence_1_the_index_is_incomplete():
 
 
 # Failures of the replay socket.
+
 
 def test_no_answer_is_asked_again_on_a_fresh_socket():
     r = Run()
@@ -533,31 +604,57 @@ def test_a_failed_check_loses_nothing():
 
 # Malformed input.
 
+
 def test_malformed_stream_messages_are_counted_and_skipped():
     r = Run()
     r.live_at(10, stored("a"))
-    r.stream([b"", (11).to_bytes(8, "big")],                        # 2 frames
-             [b"garbage"],
-             [b"", b"", b"", b""],
-             [b"t" * 256, (11).to_bytes(8, "big"), payload([])],           # a topic too long
-             [b"", b"\x00\x0b", payload([])],                        # a short sequence
-             [b"", (11).to_bytes(8, "big"), b"\xc1\xc1 not msgpack"],
-             [b"", (11).to_bytes(8, "big"), msgpack.packb({"a": 1})],
-             [b"", (11).to_bytes(8, "big"), msgpack.packb([1, 2, 3])],
-             [b"", (11).to_bytes(8, "big"), msgpack.packb([1, [], 0]) + b"extra"])
+    r.stream(
+        [b"", (11).to_bytes(8, "big")],  # 2 frames
+        [b"garbage"],
+        [b"", b"", b"", b""],
+        [b"t" * 256, (11).to_bytes(8, "big"), payload([])],  # a topic too long
+        [b"", b"\x00\x0b", payload([])],  # a short sequence
+        [b"", (11).to_bytes(8, "big"), b"\xc1\xc1 not msgpack"],
+        [b"", (11).to_bytes(8, "big"), msgpack.packb({"a": 1})],
+        [b"", (11).to_bytes(8, "big"), msgpack.packb([1, 2, 3])],
+        [b"", (11).to_bytes(8, "big"), msgpack.packb([1, [], 0]) + b"extra"],
+    )
     assert r.f.counters["malformed"] == 9 and r.f.last == 10 and r.sent() == []
     # Events that are not the format are skipped alone.
-    r.stream(message(11, stored("b"), 5, {"event_type": "stored"}, stored(7),
-                     event("renamed", "x"), {1: 2}, stored("c", medium=None), stored("d")))
+    r.stream(
+        message(
+            11,
+            stored("b"),
+            5,
+            {"event_type": "stored"},
+            stored(7),
+            event("renamed", "x"),
+            {1: 2},
+            stored("c", medium=None),
+            stored("d"),
+        )
+    )
     assert plain(r.f) == [("t", k, ["cpu"]) for k in "abd"]
     assert r.f.counters["skipped_events"] == 6 and r.f.last == 11
 
 
 def test_anything_at_all_never_crashes_the_follower():
     rng = random.Random(25)
-    pieces = [b"", b"info", b"snapshot", b"snapshot-end", b"error", END, (3).to_bytes(8, "big"),
-              payload([stored("k")]), msgpack.packb({"sequence": 2}), msgpack.packb(None),
-              info()[2], snapshot_end(2, 0)[2], msgpack.packb([1, [None, {}, []], 0])]
+    pieces = [
+        b"",
+        b"info",
+        b"snapshot",
+        b"snapshot-end",
+        b"error",
+        END,
+        (3).to_bytes(8, "big"),
+        payload([stored("k")]),
+        msgpack.packb({"sequence": 2}),
+        msgpack.packb(None),
+        info()[2],
+        snapshot_end(2, 0)[2],
+        msgpack.packb([1, [None, {}, []], 0]),
+    ]
 
     def junk():
         if rng.random() < 0.5:
@@ -589,15 +686,22 @@ def test_any_order_of_well_formed_messages_and_replies_keeps_the_follower_sound(
         return message(rng.randrange(1, 30), *[some_event() for _ in range(rng.randrange(3))])
 
     def reply():
-        return rng.choice([
-            lambda: info(rng.choice([7, 8]), rng.randrange(30), rng.randrange(6),
-                         rng.random() < 0.7),
-            lambda: snapshot(*[stored(rng.choice(keys)) for _ in range(rng.randrange(3))]),
-            lambda: snapshot_end(rng.randrange(30), rng.randrange(4), rng.choice([7, 8])),
-            lambda: replayed(rng.randrange(1, 30), some_event()),
-            end_of_replay,
-            lambda: [b"", b"error", rng.choice([b"busy: again", b"snapshots are not available"])],
-        ])()
+        return rng.choice(
+            [
+                lambda: info(
+                    rng.choice([7, 8]), rng.randrange(30), rng.randrange(6), rng.random() < 0.7
+                ),
+                lambda: snapshot(*[stored(rng.choice(keys)) for _ in range(rng.randrange(3))]),
+                lambda: snapshot_end(rng.randrange(30), rng.randrange(4), rng.choice([7, 8])),
+                lambda: replayed(rng.randrange(1, 30), some_event()),
+                end_of_replay,
+                lambda: [
+                    b"",
+                    b"error",
+                    rng.choice([b"busy: again", b"snapshots are not available"]),
+                ],
+            ]
+        )()
 
     for _ in range(400):
         r = Run(replay=rng.random() < 0.9)
@@ -608,13 +712,15 @@ def test_any_order_of_well_formed_messages_and_replies_keeps_the_follower_sound(
             r.sent()
             assert r.f.state in ("live", "asking", "waiting"), r.f.state
             assert (r.f.state == "asking") == (r.f.asked is not None), (r.f.state, r.f.asked)
-            assert all(media for objects in r.f.index.tenants.values()
-                       for media in objects.values())
+            assert all(
+                media for objects in r.f.index.tenants.values() for media in objects.values()
+            )
             assert all(r.f.index.tenants.values())
             r.f.summary(), r.f.stats(), freshest([r.f])
 
 
 # Without a replay endpoint: what the stream alone allows.
+
 
 def test_without_a_replay_socket_a_gap_rebuilds_from_the_stream():
     r = Run(replay=False)
@@ -634,6 +740,7 @@ def test_without_a_replay_socket_a_late_join_is_incomplete():
 
 # The whole program against a fake publisher.
 
+
 def indexer_process(scenario, initial=(), snapshots=True):
     """Runs a fake publisher holding `initial` and the indexer against it; stops the indexer
     with SIGTERM once `scenario(fake)` returns; returns (dump lines, stats, stdout, stderr)."""
@@ -642,9 +749,20 @@ def indexer_process(scenario, initial=(), snapshots=True):
         try:
             dump, stats = os.path.join(d, "index.jsonl"), os.path.join(d, "stats.json")
             process = subprocess.Popen(
-                [sys.executable, "-B", str(EXAMPLE), "--publisher", f"{fake.pub},{fake.router}",
-                 "--dump", dump, "--stats", stats],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                [
+                    sys.executable,
+                    "-B",
+                    str(EXAMPLE),
+                    "--publisher",
+                    f"{fake.pub},{fake.router}",
+                    "--dump",
+                    dump,
+                    "--stats",
+                    stats,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             try:
                 scenario(fake)
             finally:
@@ -665,13 +783,14 @@ def test_program_skips_malformed_stream_messages_and_converges():
     def scenario(fake):
         fake.wait_for_subscriber()
         fake.wait_for(lambda: fake.snapshots_served == 1, "the snapshot")
-        fake.send_raw([b"", (1).to_bytes(8, "big")])             # 2 frames
+        fake.send_raw([b"", (1).to_bytes(8, "big")])  # 2 frames
         fake.send_raw([b"\xde\xad\xbe\xef"])
         fake.send_raw([b"", (1).to_bytes(8, "big"), b"\xc1garbage"])
         fake.publish(stored("b"))
         fake.send_raw([b"", (2).to_bytes(8, "big"), msgpack.packb("wrong shape")])
         fake.publish(removed("a"))
         fake.settle()
+
     lines, stats, out, err = indexer_process(scenario, [stored("a"), stored(b"k\xff", "disk")])
     assert lines == [row("b"), row({"hex": "6bff"}, ["disk"])], (lines, err)
     assert stats["malformed"] == 4 and stats["complete"], (stats, err)
@@ -685,11 +804,12 @@ def test_program_converges_after_a_loss_before_encoding():
         fake.wait_for(lambda: fake.snapshots_served == 1, "the first snapshot")
         fake.publish(stored("a"))
         fake.publish(stored("b"))
-        fake.drop(stored("d"), stored("e"), removed("a"))      # numbers 3 to 5, never sent
+        fake.drop(stored("d"), stored("e"), removed("a"))  # numbers 3 to 5, never sent
         fake.publish(stored("c"))
         fake.wait_for(lambda: fake.snapshots_served == 2, "the second snapshot")
         fake.publish(removed("b"))
         fake.settle()
+
     lines, stats, out, err = indexer_process(scenario)
     assert lines == [row(k) for k in "cde"], (lines, err)
     # The replay came back without 3 to 5: not counted as one that filled its gap.
@@ -707,6 +827,7 @@ def test_program_joins_late_and_exits_on_sigterm_with_its_dump():
         fake.wait_for(lambda: fake.snapshots_served == 1, "the snapshot")
         fake.publish(stored("e", tenant="u"))
         fake.settle()
+
     lines, stats, out, err = indexer_process(scenario)
     assert lines == [row("d", tenant="u"), row("e", tenant="u")], (lines, err)
     assert stats["last_sequence"] == 6 and stats["converged_ms"] is not None, stats
@@ -721,6 +842,7 @@ def test_program_without_snapshots_rebuilds_from_a_replay_from_1():
         fake.wait_for(lambda: fake.replays_served == 1, "the replay")
         fake.publish(removed("a"))
         fake.settle()
+
     lines, stats, out, err = indexer_process(scenario, snapshots=False)
     assert lines == [row("b", ["disk"])], (lines, err)
     assert stats["complete"] and stats["snapshots"] == 0 and stats["replays"] == 1, (stats, err)
@@ -728,8 +850,11 @@ def test_program_without_snapshots_rebuilds_from_a_replay_from_1():
 
 if __name__ == "__main__":
     wanted = sys.argv[1:]
-    tests = [(name, f) for name, f in sorted(globals().items())
-             if name.startswith("test_") and (not wanted or any(w in name for w in wanted))]
+    tests = [
+        (name, f)
+        for name, f in sorted(globals().items())
+        if name.startswith("test_") and (not wanted or any(w in name for w in wanted))
+    ]
     for name, test in tests:
         started = time.monotonic()
         test()

@@ -68,28 +68,49 @@ def read_curve_keys(args: argparse.Namespace) -> CurveKeys:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("endpoint", nargs="*", type=parse_publisher, help="the same as --publisher")
-    p.add_argument("--publisher", action="append", default=[], type=parse_publisher,
-                   metavar="PUB_ENDPOINT[,REPLAY_ENDPOINT]",
-                   help="a publisher to follow: its PUB socket and its replay socket "
-                        "(kv_events_replay_endpoint); repeat it for several")
-    p.add_argument("--idle-timeout", type=float, default=None,
-                   help="exit after this many seconds without a message")
-    p.add_argument("--dump", metavar="PATH",
-                   help="write the final index here, as JSON lines: that of the publisher "
-                        "in sync heard from last")
-    p.add_argument("--union", action="store_true",
-                   help="dump every publisher's index merged instead")
+    p.add_argument(
+        "--publisher",
+        action="append",
+        default=[],
+        type=parse_publisher,
+        metavar="PUB_ENDPOINT[,REPLAY_ENDPOINT]",
+        help="a publisher to follow: its PUB socket and its replay socket "
+        "(kv_events_replay_endpoint); repeat it for several",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=None,
+        help="exit after this many seconds without a message",
+    )
+    p.add_argument(
+        "--dump",
+        metavar="PATH",
+        help="write the final index here, as JSON lines: that of the publisher "
+        "in sync heard from last",
+    )
+    p.add_argument(
+        "--union", action="store_true", help="dump every publisher's index merged instead"
+    )
     p.add_argument("--stats", metavar="PATH", help="write the final counters here, as JSON")
-    p.add_argument("--curve-server-key", metavar="FILE",
-                   help="the publisher's public key file (its NAME.pub): read a CURVE stream")
-    p.add_argument("--curve-secret-key", metavar="FILE",
-                   help="this indexer's key file (its NAME.key), whose .pub the publisher admits")
-    p.add_argument("--topic", default="",
-                   help="subscribe to this topic (the master's kv_events_topic) or a prefix "
-                        "of it; default: every message")
+    p.add_argument(
+        "--curve-server-key",
+        metavar="FILE",
+        help="the publisher's public key file (its NAME.pub): read a CURVE stream",
+    )
+    p.add_argument(
+        "--curve-secret-key",
+        metavar="FILE",
+        help="this indexer's key file (its NAME.key), whose .pub the publisher admits",
+    )
+    p.add_argument(
+        "--topic",
+        default="",
+        help="subscribe to this topic (the master's kv_events_topic) or a prefix "
+        "of it; default: every message",
+    )
     return p
 
 
@@ -136,11 +157,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         count = sum(1 for _ in objects)
     if args.stats:
         with open(args.stats, "w") as out:
-            json.dump({"dumped": "union" if chosen is None else chosen,
-                       "publishers": follower.stats()}, out, indent=1)
+            json.dump(
+                {"dumped": "union" if chosen is None else chosen, "publishers": follower.stats()},
+                out,
+                indent=1,
+            )
     for state in states:
         print(state.summary())
-    whose = ("the union of the publishers' indexes" if chosen is None
-             else f"the index of {chosen}")
+    whose = "the union of the publishers' indexes" if chosen is None else f"the index of {chosen}"
     print(f"{count} objects indexed: {whose}", flush=True)
     follower.close()

@@ -59,8 +59,12 @@ class Handshakes:
     closing the connection mid-handshake, taken for a refusal the second time in a row.
     A handshake that succeeds after the first is a new connection: `check` says so."""
 
-    EVENTS = (zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-              | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+    EVENTS = (
+        zmq.EVENT_HANDSHAKE_SUCCEEDED
+        | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+        | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    )
 
     def __init__(self, socket: zmq.Socket[bytes], name: str, curve: bool) -> None:
         self.monitor = socket.get_monitor_socket(self.EVENTS)
@@ -79,28 +83,48 @@ class Handshakes:
                 self.connected += 1
                 again = again or self.connected > 1
             elif event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                raise Refused(self.name, "this indexer's public key or address is not on its "
-                                         "allow-list")
+                raise Refused(
+                    self.name, "this indexer's public key or address is not on its allow-list"
+                )
             elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
-                raise Refused(self.name, "its security mechanism is not this indexer's"
-                              + ("" if self.curve else " (it requires CURVE: "
-                                 "--curve-server-key, --curve-secret-key)"))
+                raise Refused(
+                    self.name,
+                    "its security mechanism is not this indexer's"
+                    + (
+                        ""
+                        if self.curve
+                        else " (it requires CURVE: --curve-server-key, --curve-secret-key)"
+                    ),
+                )
             elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
                 self.closed += 1
                 if self.closed >= 2:
-                    raise Refused(self.name, "it closed the connection during the handshake "
-                                  "twice in a row: " + ("the server key is not the publisher's"
-                                                        if self.curve
-                                                        else "it probably requires CURVE"))
+                    raise Refused(
+                        self.name,
+                        "it closed the connection during the handshake "
+                        "twice in a row: "
+                        + (
+                            "the server key is not the publisher's"
+                            if self.curve
+                            else "it probably requires CURVE"
+                        ),
+                    )
         return again
 
 
 class Link:
     """The sockets of one publisher, and its FollowerState."""
 
-    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], stream: str, replay: str | None,
-                 curve_keys: CurveKeys | None, state: FollowerState, topic: bytes,
-                 receive_hwm: int) -> None:
+    def __init__(
+        self,
+        context: zmq.Context[zmq.Socket[bytes]],
+        stream: str,
+        replay: str | None,
+        curve_keys: CurveKeys | None,
+        state: FollowerState,
+        topic: bytes,
+        receive_hwm: int,
+    ) -> None:
         self.context, self.stream, self.replay = context, stream, replay
         self.curve_keys = curve_keys
         self.state = state
@@ -118,8 +142,7 @@ class Link:
         socket = self.context.socket(kind)
         socket.setsockopt(zmq.LINGER, 0)
         if self.curve_keys is not None:
-            socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = \
-                self.curve_keys
+            socket.curve_serverkey, socket.curve_publickey, socket.curve_secretkey = self.curve_keys
         return socket
 
     def flush(self, poller: zmq.Poller) -> None:
@@ -138,7 +161,7 @@ class Link:
             try:
                 self.dealer.send_multipart(frames, zmq.NOBLOCK)
             except zmq.Again:
-                pass    # not taken: the request times out and is asked again
+                pass  # not taken: the request times out and is asked again
         state.outbox.clear()
 
     def close(self) -> None:
@@ -150,8 +173,10 @@ class Link:
 def freshest(states: Sequence[FollowerState]) -> FollowerState:
     """The state whose index stands for the publishers: the one in sync heard from last, or
     else the complete one heard from last, or else the one with any index heard from last."""
+
     def heard(f: FollowerState) -> float:
         return -1.0 if f.heard_at is None else f.heard_at
+
     wanted: Callable[[FollowerState], bool]
     for wanted in (FollowerState.in_sync, lambda f: f.complete, lambda f: f.last is not None):
         chosen = [f for f in states if wanted(f)]
@@ -192,15 +217,20 @@ class Follower:
                 ...
     """
 
-    def __init__(self, publishers: Iterable[PublisherSpec], *, topic: str | bytes = b"",
-                 curve_server_key: PathLike | None = None,
-                 curve_secret_key: PathLike | None = None,
-                 curve_keys: CurveKeys | None = None,
-                 on_event: EventCallback | None = None,
-                 on_recovery: RecoveryCallback | None = None,
-                 note: Callable[[str], None] | None = None,
-                 context: zmq.Context[zmq.Socket[bytes]] | None = None,
-                 receive_hwm: int = 1_000_000) -> None:
+    def __init__(
+        self,
+        publishers: Iterable[PublisherSpec],
+        *,
+        topic: str | bytes = b"",
+        curve_server_key: PathLike | None = None,
+        curve_secret_key: PathLike | None = None,
+        curve_keys: CurveKeys | None = None,
+        on_event: EventCallback | None = None,
+        on_recovery: RecoveryCallback | None = None,
+        note: Callable[[str], None] | None = None,
+        context: zmq.Context[zmq.Socket[bytes]] | None = None,
+        receive_hwm: int = 1_000_000,
+    ) -> None:
         specs = [(p, None) if isinstance(p, str) else (p[0], p[1]) for p in publishers]
         if not specs:
             raise ValueError("no publisher to follow")
@@ -210,8 +240,9 @@ class Follower:
             curve_keys = load_curve_keys(curve_server_key, curve_secret_key)
         topic_bytes = topic.encode("utf-8") if isinstance(topic, str) else topic
         self._owns_context = context is None
-        self._context: zmq.Context[zmq.Socket[bytes]] = \
+        self._context: zmq.Context[zmq.Socket[bytes]] = (
             zmq.Context() if context is None else context
+        )
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._poller = zmq.Poller()
@@ -220,11 +251,16 @@ class Follower:
         try:
             for stream, replay in specs:
                 state = FollowerState(
-                    stream, replay is not None, now,
+                    stream,
+                    replay is not None,
+                    now,
                     note=None if note is None else self._noter(note, stream),
-                    on_event=on_event, on_recovery=on_recovery)
-                self._links.append(Link(self._context, stream, replay, curve_keys, state,
-                                        topic_bytes, receive_hwm))
+                    on_event=on_event,
+                    on_recovery=on_recovery,
+                )
+                self._links.append(
+                    Link(self._context, stream, replay, curve_keys, state, topic_bytes, receive_hwm)
+                )
         except BaseException:
             self.close()
             raise
@@ -259,8 +295,10 @@ class Follower:
         with self._lock:
             now = time.monotonic()
             for link in self._links:
-                for socket, handle in ((link.sub, link.state.on_stream),
-                                       (link.dealer, link.state.on_reply)):
+                for socket, handle in (
+                    (link.sub, link.state.on_stream),
+                    (link.dealer, link.state.on_reply),
+                ):
                     # A bounded batch per socket, so that no publisher starves the others.
                     if socket is None or socket not in ready:
                         continue
@@ -277,8 +315,7 @@ class Follower:
                     link.flush(self._poller)
         return handled
 
-    def run(self, seconds: float | None = None, *,
-            idle_timeout: float | None = None) -> None:
+    def run(self, seconds: float | None = None, *, idle_timeout: float | None = None) -> None:
         """Polls for `seconds` (None: until `stop`), or until every publisher was silent for
         `idle_timeout` seconds, or until `stop` is called (from another thread or a signal
         handler). Raises Refused when a publisher refuses this follower."""
@@ -311,8 +348,12 @@ class Follower:
     def __enter__(self) -> Follower:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         self.close()
 
     # The indexes.
@@ -343,8 +384,7 @@ class Follower:
         with self._lock:
             return freshest(self.states).name
 
-    def objects(self, publisher: str | None = None, *,
-                union: bool = False) -> Iterator[Object]:
+    def objects(self, publisher: str | None = None, *, union: bool = False) -> Iterator[Object]:
         """(tenant, key, media) of every object readable somewhere, in byte order of tenant
         then key: of `publisher`'s index, by default of the `freshest`, or with `union` of
         every publisher's merged. Tenants and keys are the master's bytes; media are "cpu"

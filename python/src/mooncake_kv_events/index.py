@@ -86,9 +86,12 @@ def dump_lines(objects: Iterable[Object]) -> Iterator[str]:
     """The JSON lines of `objects` (as `merged` gives them): {"key", "media", "tenant"} per
     object, compact, keys sorted, UTF-8 as is: as kv-events mirror writes them."""
     for tenant, key, media in objects:
-        yield json.dumps({"tenant": rendered(tenant), "key": rendered(key),
-                          "media": sorted(media)},
-                         sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        yield json.dumps(
+            {"tenant": rendered(tenant), "key": rendered(key), "media": sorted(media)},
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
 
 
 def write_dump(path: str | os.PathLike[str], objects: Iterable[Object]) -> int:

@@ -51,9 +51,25 @@ MAX_HELD = 200_000
 # Malformed messages described before only counting them.
 MAX_NOTES = 10
 
-COUNTERS = ("messages", "events", "discarded", "gaps", "missed", "replays", "replayed_messages",
-            "snapshots", "snapshot_events", "incarnations", "malformed", "skipped_events",
-            "failed_requests", "timeouts", "overflowed", "incomplete", "convergences")
+COUNTERS = (
+    "messages",
+    "events",
+    "discarded",
+    "gaps",
+    "missed",
+    "replays",
+    "replayed_messages",
+    "snapshots",
+    "snapshot_events",
+    "incarnations",
+    "malformed",
+    "skipped_events",
+    "failed_requests",
+    "timeouts",
+    "overflowed",
+    "incomplete",
+    "convergences",
+)
 """The counters of kv-events mirror's follower (docs/subscribers.md, "The counters"), and a
 few more: missed, snapshot_events, timeouts, incomplete."""
 
@@ -90,15 +106,21 @@ RecoveryCallback = Callable[[Recovery], None]
 class Ask:
     """A request to the replay socket under way."""
 
-    def __init__(self, kind: str, now: float, purpose: str = "recover",
-                 start: int | None = None, full: bool = False,
-                 incarnation: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        now: float,
+        purpose: str = "recover",
+        start: int | None = None,
+        full: bool = False,
+        incarnation: int | None = None,
+    ) -> None:
         self.kind, self.purpose = kind, purpose
         self.deadline = now + ASK_TIMEOUT
         self.start, self.full, self.incarnation = start, full, incarnation
         # A replay's (sequence, events or None when malformed).
         self.messages: list[tuple[int, list[Any] | None]] = []
-        self.index = Index()        # a snapshot's objects
+        self.index = Index()  # a snapshot's objects
         self.events = 0
 
 
@@ -113,20 +135,25 @@ class FollowerState:
     are called as `EventCallback` and `RecoveryCallback` say; an exception they raise is
     logged and ignored."""
 
-    def __init__(self, name: str, replay: bool = True, now: float = 0.0,
-                 note: Callable[[str], None] | None = None,
-                 on_event: EventCallback | None = None,
-                 on_recovery: RecoveryCallback | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        replay: bool = True,
+        now: float = 0.0,
+        note: Callable[[str], None] | None = None,
+        on_event: EventCallback | None = None,
+        on_recovery: RecoveryCallback | None = None,
+    ) -> None:
         self.name, self.replay = name, replay
         self.note: Callable[[str], None] = note or (lambda text: log.info("%s: %s", name, text))
         self.on_event, self.on_recovery = on_event, on_recovery
         self.index = Index()
         self.incarnation: int | None = None
-        self.last: int | None = None         # the index holds the stream up to here
+        self.last: int | None = None  # the index holds the stream up to here
         self.stream_last: int | None = None  # the last sequence the stream socket delivered
-        self.complete = False     # whether the index is the publisher's state, no part missing
-        self.need_full = False    # the recovery under way must rebuild the whole index
-        self.state = "live"       # live | asking | waiting
+        self.complete = False  # whether the index is the publisher's state, no part missing
+        self.need_full = False  # the recovery under way must rebuild the whole index
+        self.state = "live"  # live | asking | waiting
         self.asked: Ask | None = None
         self.held: collections.deque[tuple[int, list[Any]]] = collections.deque()
         self.outbox: list[list[bytes]] = []
@@ -139,14 +166,15 @@ class FollowerState:
         self.converged_at: float | None = None
         self.recovery_since: float | None = None
         self.last_convergence = self.longest_convergence = 0.0
-        self.heard_at: float | None = None   # the last stream message
-        self.restarted = False    # a restart the stream showed, the info about it not yet in
+        self.heard_at: float | None = None  # the last stream message
+        self.restarted = False  # a restart the stream showed, the info about it not yet in
         self.counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
 
     # Callbacks.
 
-    def recovered(self, kind: str, detail: str, replaced: bool = False,
-                  seconds: float | None = None) -> None:
+    def recovered(
+        self, kind: str, detail: str, replaced: bool = False, seconds: float | None = None
+    ) -> None:
         """Tells on_recovery, if any."""
         if self.on_recovery is not None:
             try:
@@ -186,7 +214,7 @@ class FollowerState:
             self.held.clear()
             if self.replay:
                 self.recovered("incarnation", why)
-                self.restarted = True   # the info that follows shows the same new life
+                self.restarted = True  # the info that follows shows the same new life
                 self.held.append((sequence, events))
                 self.recover(now, full=True, why="restart")
             else:
@@ -209,7 +237,7 @@ class FollowerState:
         """Applies a live message in order; a gap starts a recovery."""
         if self.last is not None:
             if sequence <= self.last:
-                self.counters["discarded"] += 1    # a snapshot or a replay had it already
+                self.counters["discarded"] += 1  # a snapshot or a replay had it already
                 return
             if sequence != self.last + 1:
                 self.counters["gaps"] += 1
@@ -223,8 +251,9 @@ class FollowerState:
                 self.note(f"{missing}: rebuilding from the stream, incomplete")
                 self.index, self.complete = Index(), False
                 self.counters["incomplete"] += 1
-                self.recovered("incomplete", f"{missing}: rebuilding from the stream",
-                               replaced=True)
+                self.recovered(
+                    "incomplete", f"{missing}: rebuilding from the stream", replaced=True
+                )
         elif not self.replay:
             # The first message ever: complete only when nothing came before it.
             self.complete = sequence == 1
@@ -235,8 +264,9 @@ class FollowerState:
         self.apply(self.index, events, sequence=sequence)
         self.last = sequence
 
-    def apply(self, index: Index, events: list[Any], counted: str = "events",
-              sequence: int = 0) -> None:
+    def apply(
+        self, index: Index, events: list[Any], counted: str = "events", sequence: int = 0
+    ) -> None:
         """Applies a message's events; counts them, in `snapshot_events` for a snapshot's.
         Those applied to the follower's own index go to on_event too."""
         counters = self.counters
@@ -262,8 +292,14 @@ class FollowerState:
     def malformed(self, text: str) -> None:
         self.counters["malformed"] += 1
         if self.counters["malformed"] <= MAX_NOTES:
-            self.note(text + ("" if self.counters["malformed"] < MAX_NOTES
-                              else " (further ones are only counted)"))
+            self.note(
+                text
+                + (
+                    ""
+                    if self.counters["malformed"] < MAX_NOTES
+                    else " (further ones are only counted)"
+                )
+            )
 
     # Recovery.
 
@@ -349,8 +385,10 @@ class FollowerState:
         new_life = self.incarnation is not None and info.incarnation != self.incarnation
         if new_life:
             assert self.incarnation is not None
-            why = (f"incarnation {info.incarnation:#x} instead of {self.incarnation:#x}: "
-                   "the publisher restarted")
+            why = (
+                f"incarnation {info.incarnation:#x} instead of {self.incarnation:#x}: "
+                "the publisher restarted"
+            )
             self.note(why)
             if not restarted:
                 self.counters["incarnations"] += 1
@@ -366,7 +404,7 @@ class FollowerState:
             self.counters["discarded"] += len(self.held)
             self.held.clear()
         if request.purpose == "check" and self.last is None and not new_life:
-            self.go_live(now)   # following the stream from the next message: nothing to compare
+            self.go_live(now)  # following the stream from the next message: nothing to compare
             return
         # A last_sequence at or below the index's means nothing is missing (info may lag a
         # snapshot's S, read a moment later): no restart, no loss.
@@ -393,13 +431,15 @@ class FollowerState:
             if 0 < info.oldest_sequence <= self.last + 1:
                 self.ask_replay(now, self.last + 1)
                 return
-            self.note(f"the replay socket holds from {info.oldest_sequence} only: "
-                      "rebuilding the whole index")
+            self.note(
+                f"the replay socket holds from {info.oldest_sequence} only: "
+                "rebuilding the whole index"
+            )
         self.rebuild(info, now)
 
     def rebuild(self, info: Info, now: float) -> None:
         if self.recovery_since is None:
-            self.recovery_since = now   # a check found a restart
+            self.recovery_since = now  # a check found a restart
         if info.snapshots:
             self.ask(Ask("snapshot", now, incarnation=info.incarnation), [b"", b"snapshot"])
         else:
@@ -407,13 +447,15 @@ class FollowerState:
 
     def without_snapshot(self, info: Info, now: float) -> None:
         if info.last_sequence == 0:
-            self.install(Index(), 0, info.incarnation, now)    # nothing sent yet
+            self.install(Index(), 0, info.incarnation, now)  # nothing sent yet
         elif info.oldest_sequence == 1:
             self.ask_replay(now, 1, full=True, incarnation=info.incarnation)
         else:
-            self.incomplete(info.incarnation, now,
-                            f"no snapshots and the replay socket holds from "
-                            f"{info.oldest_sequence} only")
+            self.incomplete(
+                info.incarnation,
+                now,
+                f"no snapshots and the replay socket holds from {info.oldest_sequence} only",
+            )
 
     def incomplete(self, incarnation: int | None, now: float, why: str) -> None:
         self.note(f"{why}: following the stream from here, the index incomplete")
@@ -423,10 +465,13 @@ class FollowerState:
         self.recovered("incomplete", why, replaced=True)
         self.go_live(now)
 
-    def ask_replay(self, now: float, start: int, full: bool = False,
-                   incarnation: int | None = None) -> None:
-        self.ask(Ask("replay", now, start=start, full=full, incarnation=incarnation),
-                 [b"", start.to_bytes(8, "big")])
+    def ask_replay(
+        self, now: float, start: int, full: bool = False, incarnation: int | None = None
+    ) -> None:
+        self.ask(
+            Ask("replay", now, start=start, full=full, incarnation=incarnation),
+            [b"", start.to_bytes(8, "big")],
+        )
 
     def end_replay(self, request: Ask, now: float) -> None:
         self.asked = None
@@ -445,8 +490,9 @@ class FollowerState:
         self.counters["replays"] += not hole
         if request.full:
             if hole:
-                self.incomplete(request.incarnation, now,
-                                f"the replay from 1 misses sequence {last + 1}")
+                self.incomplete(
+                    request.incarnation, now, f"the replay from 1 misses sequence {last + 1}"
+                )
             else:
                 self.install(index, last, request.incarnation, now, how="replay")
             return
@@ -478,8 +524,14 @@ class FollowerState:
         self.counters["snapshots"] += 1
         self.install(request.index, sequence, incarnation, now)
 
-    def install(self, index: Index, sequence: int, incarnation: int | None, now: float,
-                how: str = "snapshot") -> None:
+    def install(
+        self,
+        index: Index,
+        sequence: int,
+        incarnation: int | None,
+        now: float,
+        how: str = "snapshot",
+    ) -> None:
         """The index is the publisher's state at `sequence`: the held messages after it go on."""
         self.index, self.last, self.incarnation = index, sequence, incarnation
         self.complete, self.need_full = True, False
@@ -500,8 +552,10 @@ class FollowerState:
             if self.converged_at is None:
                 self.converged_at = now
                 self.converged(now - self.started)
-                self.note(f"converged in {1e3 * (now - self.started):.1f} ms, "
-                          f"{len(self.index)} objects at sequence {self.last}")
+                self.note(
+                    f"converged in {1e3 * (now - self.started):.1f} ms, "
+                    f"{len(self.index)} objects at sequence {self.last}"
+                )
                 self.recovered("in_sync", "converged", seconds=now - self.started)
             elif self.recovery_since is not None:
                 took = now - self.recovery_since
@@ -520,7 +574,7 @@ class FollowerState:
         self.asked, self.reset_dealer = None, True
         self.counters["failed_requests"] += 1
         if request is not None and request.purpose == "check":
-            self.go_live(now)   # a check that fails loses nothing: the next one asks again
+            self.go_live(now)  # a check that fails loses nothing: the next one asks again
             return
         self.note(f"{why}: asking again in {self.backoff:.1f} s")
         self.state, self.retry_at = "waiting", now + self.backoff
@@ -544,35 +598,49 @@ class FollowerState:
 
     def in_sync(self) -> bool:
         """Complete and following the stream: no recovery under way (a check may be)."""
-        checking = self.state == "asking" and self.asked is not None \
-            and self.asked.purpose == "check"
+        checking = (
+            self.state == "asking" and self.asked is not None and self.asked.purpose == "check"
+        )
         return self.complete and (self.state == "live" or checking)
 
     def summary(self) -> str:
         """The counters in one line, as the indexer prints them."""
         c = self.counters
-        converged = ("not yet" if self.converged_at is None
-                     else f"{1e3 * (self.converged_at - self.started):.1f} ms")
+        converged = (
+            "not yet"
+            if self.converged_at is None
+            else f"{1e3 * (self.converged_at - self.started):.1f} ms"
+        )
         sync = "in sync" if self.in_sync() else "complete" if self.complete else "INCOMPLETE"
-        return (f"{self.name}: {len(self.index)} objects, last sequence {self.last}, "
-                f"{sync}, "
-                f"converged in {converged} (longest {1e3 * self.longest_convergence:.1f} ms); "
-                f"gaps {c['gaps']} ({c['missed']} numbers), replays {c['replays']} "
-                f"({c['replayed_messages']} messages), snapshots {c['snapshots']} "
-                f"({c['snapshot_events']} events), incarnations {c['incarnations']}, "
-                f"malformed {c['malformed']}, skipped events {c['skipped_events']}, "
-                f"failed requests {c['failed_requests']}")
+        return (
+            f"{self.name}: {len(self.index)} objects, last sequence {self.last}, "
+            f"{sync}, "
+            f"converged in {converged} (longest {1e3 * self.longest_convergence:.1f} ms); "
+            f"gaps {c['gaps']} ({c['missed']} numbers), replays {c['replays']} "
+            f"({c['replayed_messages']} messages), snapshots {c['snapshots']} "
+            f"({c['snapshot_events']} events), incarnations {c['incarnations']}, "
+            f"malformed {c['malformed']}, skipped events {c['skipped_events']}, "
+            f"failed requests {c['failed_requests']}"
+        )
 
     def stats(self) -> dict[str, int | float | bool | str | None]:
         """The counters and the state, as the indexer's --stats writes them."""
+
         def ms(seconds: float) -> float:
             return round(1e3 * seconds, 1)
+
         stats: dict[str, int | float | bool | str | None] = dict(self.counters)
         stats.update(
-            publisher=self.name, objects=len(self.index), last_sequence=self.last,
-            incarnation=self.incarnation, complete=self.complete, in_sync=self.in_sync(),
-            converged_ms=(None if self.converged_at is None
-                          else ms(self.converged_at - self.started)),
+            publisher=self.name,
+            objects=len(self.index),
+            last_sequence=self.last,
+            incarnation=self.incarnation,
+            complete=self.complete,
+            in_sync=self.in_sync(),
+            converged_ms=(
+                None if self.converged_at is None else ms(self.converged_at - self.started)
+            ),
             last_convergence_ms=ms(self.last_convergence),
-            longest_convergence_ms=ms(self.longest_convergence))
+            longest_convergence_ms=ms(self.longest_convergence),
+        )
         return stats

@@ -1,0 +1,715 @@
+#!/usr/bin/env python3
+"""Benchmarks of `kv-events relay` (docs/performance.md, "The relay onto NATS JetStream").
+
+Runs a real `nats-server -js`, the `kv-events demo` publisher and the relay (release builds),
+and prints what it measured. Every process it starts is stopped when it ends.
+
+    cargo build --release --locked -p kv-events-relay -p kv-events
+    scripts/relay_bench.py big --objects 400000 --rate 100000 --linger 100  # (a), (c), (d)
+    scripts/relay_bench.py cost --mode none --objects 50000 --rate 10000    # (b), baseline
+    scripts/relay_bench.py cost --mode relay --objects 50000 --rate 10000   # 1,000 NATS readers
+    scripts/relay_bench.py cost --mode direct --objects 50000 --rate 10000  # 64 mirrors
+
+`big`: the demo flat out (no --rate) with --objects N while the relay writes into JetStream
+(events written per second, from the relay's status line every 0.2 s); then, while the demo
+lingers, a new reader bootstraps from the bucket (examples/relay/reader.py, and a leaner
+nats-py ordered consumer of the bucket's stream); then the demo exits (its --dump-index is
+compared with the bucket) and a second demo starts on the same endpoints: the relay's
+difference (events) and the time from that demo's first message to the log, then the
+bucket, in sync. `cost`: the same paced workload three ways, the demo's CPU time and RSS.
+Needs nats-py, pyzmq and msgpack (scripts/install-deps.sh).
+"""
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+STATUS1 = re.compile(
+    r"kv-events-relay: ([\d.]+)s: (?:\S+: (in sync|recovering) at (\d+), incarnation "
+    r"([0-9a-f]+)|no publisher in sync yet); (?:log at (\d+)( \(partial\))? \(stream "
+    r"sequence (\d+)\)|log empty); (writer|standby)"
+)
+STATUS2 = re.compile(
+    r"events in (\d+), events written (\d+) in (\d+) messages, diffs after resyncs (\d+) "
+    r"\((\d+) events\), bucket entries written (\d+), acks pending (\d+), lag (\d+) messages "
+    r"/ (\d+) ms, held (\d+)"
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def say(text: str):
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+class Procs:
+    """Every process started, stopped (SIGTERM, then SIGKILL) at the end."""
+
+    def __init__(self):
+        self.all = []
+
+    def start(self, args, **kw) -> subprocess.Popen:
+        p = subprocess.Popen([str(a) for a in args], **kw)
+        self.all.append(p)
+        return p
+
+    def stop(self, p, wait=20.0):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(wait)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def stop_all(self):
+        for p in reversed(self.all):
+            self.stop(p, 5.0)
+
+
+def proc_usage(pid: int):
+    """(CPU seconds user+system, VmRSS MB, VmHWM MB) of a live process, else None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    cpu = (int(fields[11]) + int(fields[12])) / TICK
+    mem = {}
+    for line in status.splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            mem[name] = int(value.split()[0]) / 1024
+    return cpu, mem.get("VmRSS", 0.0), mem.get("VmHWM", 0.0)
+
+
+class Sampler(threading.Thread):
+    """Samples a process's usage every 0.2 s while it lives; `last` is the last sample."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.last, self.peak_rss = pid, None, 0.0
+        self.start()
+
+    def run(self):
+        while True:
+            u = proc_usage(self.pid)
+            if u is None:
+                return
+            self.last = u
+            self.peak_rss = max(self.peak_rss, u[1])
+            time.sleep(0.2)
+
+
+class Lines(threading.Thread):
+    """Reads a pipe line by line, each with its arrival time, into a log file."""
+
+    def __init__(self, pipe, log_path):
+        super().__init__(daemon=True)
+        self.pipe, self.lines, self.log = pipe, [], open(log_path, "w")
+        self.start()
+
+    def run(self):
+        for raw in self.pipe:
+            line = raw.decode(errors="replace").rstrip("\n")
+            self.lines.append((time.monotonic(), line))
+            self.log.write(line + "\n")
+            self.log.flush()
+
+    def first(self, text, after=0.0):
+        return next((t for t, line in list(self.lines) if t >= after and text in line), None)
+
+
+class Relay(Lines):
+    """The relay's stderr, its status lines parsed."""
+
+    def status(self):
+        """[(time, dict)] of every status line so far."""
+        out, head = [], None
+        for t, line in list(self.lines):
+            m = STATUS1.search(line)
+            if m:
+                head = m
+                continue
+            m = STATUS2.search(line)
+            if m and head:
+                keys = (
+                    "events_in",
+                    "written",
+                    "messages",
+                    "diffs",
+                    "diff_events",
+                    "entries",
+                    "pending",
+                    "lag",
+                    "lag_ms",
+                    "held",
+                )
+                s = dict(zip(keys, map(int, m.groups())))
+                s.update(
+                    in_sync=head[2] == "in sync",
+                    seq=int(head[3] or -1),
+                    incarnation=head[4],
+                    log=int(head[5] or -2),
+                    partial=bool(head[6]),
+                    role=head[8],
+                )
+                out.append((t, s))
+                head = None
+        return out
+
+
+def synced(s, bucket=False):
+    """Whether a status says the log (and the bucket) hold the followed master's state."""
+    ok = s["in_sync"] and s["log"] == s["seq"] and not s["partial"] and s["held"] == 0
+    return ok and (not bucket or s["pending"] == 0)
+
+
+def wait_until(what, limit, check, every=0.2):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise SystemExit(f"relay_bench: timed out waiting for {what}")
+
+
+class Bench:
+    def __init__(self, args):
+        self.args, self.procs = args, Procs()
+        self.bin = Path(args.bin)
+        self.dir = Path(args.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.pub = f"tcp://127.0.0.1:{free_port()}"
+        self.replay = f"tcp://127.0.0.1:{free_port()}"
+        self.nats_url = None
+
+    def nats(self):
+        port = free_port()
+        store = self.dir / "jetstream"
+        subprocess.run(["rm", "-rf", str(store)], check=True)
+        self.nats_proc = self.procs.start(
+            ["nats-server", "-js", "-a", "127.0.0.1", "-p", port, "-sd", store],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.dir / "nats.log", "w"),
+        )
+        wait_until("nats-server", 10, lambda: socket.socket().connect_ex(("127.0.0.1", port)) == 0)
+        self.nats_url = f"nats://127.0.0.1:{port}"
+        return self.nats_proc
+
+    def demo(self, name, objects, rate, linger, wait):
+        args = [
+            self.bin / "kv-events",
+            "demo",
+            "--endpoint",
+            self.pub,
+            "--replay-endpoint",
+            self.replay,
+            "--objects",
+            objects,
+            "--wait",
+            wait,
+            "--linger",
+            linger,
+            "--heartbeat-ms",
+            "200",
+            "--show",
+            "0",
+            "--dump-index",
+            self.dir / f"{name}.json",
+        ]
+        if rate:
+            args += ["--rate", rate]
+        p = self.procs.start(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return p, Lines(p.stdout, self.dir / f"{name}.log")
+
+    def relay(self, every="0.2"):
+        p = self.procs.start(
+            [
+                self.bin / "kv-events",
+                "relay",
+                self.pub,
+                "--replay-endpoint",
+                self.replay,
+                "--nats",
+                self.nats_url,
+                "--every",
+                every,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        return p, Relay(p.stderr, self.dir / "relay.log")
+
+
+def demo_rate(lines):
+    """The demo's workload time and its watcher's events/s, from its summary."""
+    text = "\n".join(line for _, line in lines.lines)
+    took = re.search(r"The workload is done in ([\d.]+)s", text)
+    rate = re.search(r"events/s\s+(\d+)\s+\((\d+) events", text)
+    left = re.search(r"objects left: (\d+)", text)
+    return {
+        "workload_s": float(took[1]) if took else None,
+        "watcher_events_per_s": int(rate[1]) if rate else None,
+        "events": int(rate[2]) if rate else None,
+        "objects_left": int(left[1]) if left else None,
+    }
+
+
+def bucket_dump(bench, path, limit=600):
+    """Runs examples/relay/reader.py until it has bootstrapped, then stops it: seconds to
+    bootstrap, objects, and the dump."""
+    reader = bench.procs.start(
+        [
+            sys.executable,
+            ROOT / "examples/relay/reader.py",
+            "--nats",
+            bench.nats_url,
+            "--dump",
+            path,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    lines = Lines(reader.stderr, str(path) + ".log")
+    started = time.monotonic()
+    done = wait_until(
+        "reader.py to bootstrap", limit, lambda: lines.first("bootstrapped"), every=0.05
+    )
+    took = done - started
+    bench.procs.stop(reader, 600)
+    lines.join(5)
+    count = int(
+        re.search(r"bootstrapped (\d+)", lines.lines[0][1] if lines.lines else "")[1]
+        if lines.lines
+        else -1
+    )
+    return took, count
+
+
+def same_as_truth(truth_path, dump_path):
+    """Compares `demo --dump-index` with `reader.py --dump`: (equal, truth size, dump size)."""
+    truth = json.loads(Path(truth_path).read_text())
+
+    def name(v):
+        return bytes.fromhex(v[4:]) if v.startswith("hex:") else v.encode()
+
+    def dumped(v):
+        return v.encode() if isinstance(v, str) else bytes.fromhex(v["hex"])
+
+    want = {(name(t), name(k), tuple(sorted(m))) for _, t, k, m in truth["objects"]}
+    got = set()
+    for line in Path(dump_path).read_text().splitlines():
+        o = json.loads(line)
+        got.add((dumped(o["tenant"]), dumped(o["key"]), tuple(sorted(o["media"]))))
+    return want == got, len(want), len(got)
+
+
+def big(args):
+    b = Bench(args)
+    try:
+        nats = b.nats()
+        relay, log = b.relay()
+        nats_cpu = Sampler(nats.pid)
+        relay_cpu = Sampler(relay.pid)
+        demo, out = b.demo("demo1", args.objects, args.rate, args.linger, 3)
+        started = wait_until("the workload", 60, lambda: out.first("The workload starts"))
+        done = wait_until("the workload's end", 3600, lambda: out.first("The workload is done"))
+        say(f"demo 1: workload done in {done - started:.1f} s")
+
+        def caught_up():
+            st = log.status()
+            final = [(t, s) for t, s in st if t > done]
+            return next(
+                (
+                    t
+                    for t, s in final
+                    if synced(s, bucket=True)
+                    and s["lag"] == 0
+                    and s["events_in"] == max(x["events_in"] for _, x in st)
+                ),
+                None,
+            )
+
+        # The demo's last messages (heartbeats) are in once the follower's events stop growing.
+        time.sleep(2)
+        t_caught = wait_until("the relay to catch up", 3600, caught_up)
+        time.sleep(1)
+        st = log.status()
+        last = st[-1][1]
+        first_write = next(t for t, s in st if s["written"] + s["diff_events"] > 0)
+        total = last["written"] + last["diff_events"]
+        # The best second: events written within any 1-second window of status lines.
+        best = 0
+        for i, (t0, s0) in enumerate(st):
+            for t1, s1 in st[i + 1 :]:
+                if t1 - t0 >= 1.0:
+                    moved = s1["written"] + s1["diff_events"] - s0["written"] - s0["diff_events"]
+                    rate = moved / (t1 - t0)
+                    best = max(best, rate)
+                    break
+        res = {
+            "objects": args.objects,
+            "relay": {
+                "events_in": last["events_in"],
+                "events_written": last["written"],
+                "messages": last["messages"],
+                "diffs": last["diffs"],
+                "diff_events": last["diff_events"],
+                "bucket_entries": last["entries"],
+                "from_workload_start_to_log_and_bucket_s": round(t_caught - started, 2),
+                "events_per_s_workload_start_to_caught_up": round(total / (t_caught - started)),
+                "events_per_s_first_write_to_caught_up": round(total / (t_caught - first_write)),
+                "best_1s_events_per_s": round(best),
+                "relay_cpu_s": relay_cpu.last[0],
+                "relay_rss_mb": round(relay_cpu.last[1]),
+                "nats_cpu_s": nats_cpu.last[0],
+                "nats_rss_mb": round(nats_cpu.last[1]),
+            },
+        }
+        say(json.dumps(res))
+
+        # (c) A new reader bootstraps from the bucket while the demo lingers.
+        took, count = bucket_dump(b, b.dir / "reader1.jsonl")
+        res["bootstrap_reader_py_s"] = round(took, 2)
+        res["bootstrap_reader_py_objects"] = count
+        say(f"reader.py bootstrapped {count} objects in {took:.2f} s")
+        t0 = time.monotonic()
+        fast = subprocess.run(
+            [sys.executable, __file__, "fast-bootstrap", "--nats", b.nats_url],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        res["bootstrap_fast"] = json.loads(fast.stdout)
+        res["bootstrap_fast"]["process_s"] = round(time.monotonic() - t0, 2)
+        say(f"fast bootstrap: {fast.stdout.strip()}")
+        # The relay's own bootstrap: a second relay (standby) loads the bucket at start
+        # (it asks the demo for its backend id first: the demo must still be up).
+        assert demo.poll() is None, (
+            "demo 1 exited before the bootstrap measurements: raise --linger"
+        )
+        r2 = b.procs.start(
+            [
+                b.bin / "kv-events",
+                "relay",
+                b.pub,
+                "--replay-endpoint",
+                b.replay,
+                "--nats",
+                b.nats_url,
+                "--every",
+                "0.2",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        t0 = time.monotonic()
+        r2log = Lines(r2.stderr, b.dir / "relay2.log")
+        t1 = wait_until(
+            "the second relay to load the bucket",
+            600,
+            lambda: r2log.first("relaying backend"),
+            every=0.05,
+        )
+        res["bootstrap_relay_load_s"] = round(t1 - t0, 2)
+        say(f"a second relay loaded the bucket in {t1 - t0:.2f} s")
+        b.procs.stop(r2)
+
+        # The demo exits at the end of its linger; its truth against the bucket.
+        demo.wait()
+        res["demo1"] = demo_rate(out)
+        res["demo1"]["exit"] = demo.returncode
+        time.sleep(2)
+        took, count = bucket_dump(b, b.dir / "reader2.jsonl")
+        equal, nt, nd = same_as_truth(b.dir / "demo1.json", b.dir / "reader2.jsonl")
+        res["demo1_bucket_equals_dump_index"] = [equal, nt, nd]
+        say(f"demo 1 exited {demo.returncode}: bucket == --dump-index: {equal} ({nt}, {nd})")
+
+        # (d) The master restarts: a second demo on the same endpoints.
+        import zmq
+
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        sub.setsockopt(zmq.SUBSCRIBE, b"")
+        sub.connect(b.pub)
+        before = log.status()[-1][1]
+        demo2, out2 = b.demo("demo2", args.restart_objects, args.restart_rate, 5, 1)
+        sub.poll(60_000)
+        t_first = time.monotonic()
+        sub.close(0)
+        ctx.term()
+
+        def in_sync(bucket):
+            def check():
+                return next(
+                    (
+                        t
+                        for t, s in log.status()
+                        if t > t_first
+                        and s["incarnation"] != before["incarnation"]
+                        and s["diffs"] > before["diffs"]
+                        and synced(s, bucket)
+                    ),
+                    None,
+                )
+
+            return check
+
+        t_log = wait_until("the log in sync after the restart", 1800, in_sync(False), 0.05)
+        t_bucket = wait_until("the bucket in sync after the restart", 1800, in_sync(True), 0.05)
+        after = next(s for t, s in log.status() if t >= t_bucket)
+        res["restart"] = {
+            "objects_before": res["demo1"]["objects_left"],
+            "diff_events": after["diff_events"] - before["diff_events"],
+            "first_message_to_log_in_sync_s": round(t_log - t_first, 2),
+            "first_message_to_bucket_in_sync_s": round(t_bucket - t_first, 2),
+        }
+        say(json.dumps(res["restart"]))
+        demo2.wait()
+        time.sleep(2)
+        took, count = bucket_dump(b, b.dir / "reader3.jsonl")
+        equal, nt, nd = same_as_truth(b.dir / "demo2.json", b.dir / "reader3.jsonl")
+        res["demo2"] = demo_rate(out2)
+        res["demo2_bucket_equals_dump_index"] = [equal, nt, nd]
+        b.procs.stop(relay)
+        log.join(5)
+        res["relay_exit"] = relay.returncode
+        print(json.dumps(res, indent=1))
+    finally:
+        b.procs.stop_all()
+
+
+async def _fast(url, bucket):
+    import asyncio
+
+    import nats
+    from nats.js.api import DeliverPolicy
+
+    client = await nats.connect(url)
+    js = client.jetstream()
+    info = await js.stream_info(f"KV_{bucket}")
+    start = time.monotonic()
+    state = {"n": 0, "live": 0, "pending": None}
+    objects = {}
+    done = asyncio.Event()
+
+    async def on_message(msg):
+        state["n"] += 1
+        if msg.headers and msg.headers.get("KV-Operation") in ("DEL", "PURGE"):
+            objects.pop(msg.subject, None)
+        else:
+            objects[msg.subject] = msg.data
+        if msg.metadata.num_pending == 0:
+            done.set()
+
+    await js.subscribe(
+        f"$KV.{bucket}.>",
+        cb=on_message,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        pending_msgs_limit=-1,
+        pending_bytes_limit=-1,
+    )
+    await done.wait()
+    took = time.monotonic() - start
+    await client.close()
+    return {
+        "seconds": round(took, 2),
+        "messages": state["n"],
+        "objects": len(objects),
+        "stream_messages": info.state.messages,
+    }
+
+
+def fast_bootstrap(args):
+    """The bucket read as one ordered consumer of its stream, values kept undecoded."""
+    import asyncio
+
+    print(json.dumps(asyncio.run(_fast(args.nats, args.bucket))))
+
+
+async def _readers(args):
+    """N ordered consumers of the log's subject in one process; counts until SIGTERM."""
+    import asyncio
+
+    import nats
+
+    client = await nats.connect(args.nats, pending_size=1 << 30)
+    js = client.jetstream()
+    counts = [0] * args.count
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+
+    def counter(i):
+        async def cb(msg):
+            counts[i] += 1
+
+        return cb
+
+    for i in range(args.count):
+        await js.subscribe(
+            "kv-events.>",
+            stream="KV_EVENTS",
+            cb=counter(i),
+            ordered_consumer=True,
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
+    Path(args.ready).write_text("ready\n")
+    await stop.wait()
+    await client.close()
+    print(json.dumps({"readers": args.count, "min": min(counts), "max": max(counts)}))
+
+
+def readers(args):
+    import asyncio
+
+    asyncio.run(_readers(args))
+
+
+def cost(args):
+    b = Bench(args)
+    res = {"mode": args.mode, "objects": args.objects, "rate": args.rate}
+    try:
+        extra = []
+        if args.mode == "relay":
+            nats = b.nats()
+            relay, log = b.relay(every="1")
+        demo, out = b.demo("demo", args.objects, args.rate, args.linger, args.wait)
+        sampler = Sampler(demo.pid)
+        if args.mode == "relay":
+            extra += [("nats-server", Sampler(nats.pid)), ("relay", Sampler(relay.pid))]
+            wait_until("the stream", 30, lambda: any(s for _, s in log.status()))
+            ready = b.dir / "readers.ready"
+            ready.unlink(missing_ok=True)
+            rd = b.procs.start(
+                [
+                    sys.executable,
+                    __file__,
+                    "readers",
+                    "--nats",
+                    b.nats_url,
+                    "--count",
+                    args.readers,
+                    "--ready",
+                    ready,
+                ],
+                stdout=subprocess.PIPE,
+            )
+            extra.append(("readers", Sampler(rd.pid)))
+            wait_until("the NATS readers", 120, ready.exists)
+            say(f"{args.readers} NATS readers subscribed")
+        elif args.mode == "direct":
+            mirrors = []
+            for _ in range(args.direct):
+                m = b.procs.start(
+                    [
+                        b.bin / "kv-events",
+                        "mirror",
+                        b.pub,
+                        "--replay-endpoint",
+                        b.replay,
+                        "--every",
+                        "1000",
+                        "--dump",
+                        "/dev/null",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                mirrors.append(m)
+            extra += [(f"mirror {i}", Sampler(m.pid)) for i, m in enumerate(mirrors)]
+        ready_at = time.monotonic()
+        started = wait_until("the workload", 120, lambda: out.first("The workload starts"))
+        res["readers_ready_before_workload"] = ready_at < started
+        demo.wait()
+        last = sampler.last
+        res["demo"] = {
+            "cpu_s": last[0],
+            "rss_mb_at_end": round(last[1], 1),
+            "hwm_mb": round(last[2], 1),
+            "exit": demo.returncode,
+        }
+        res["demo"].update(demo_rate(out))
+        for name, s in extra:
+            if s.last and not name.startswith("mirror"):
+                res[name] = {"cpu_s": s.last[0], "rss_mb": round(s.last[1], 1)}
+        if args.mode == "direct":
+            cpus = [s.last[0] for n, s in extra if s.last]
+            res["mirrors"] = {"n": len(cpus), "cpu_s_total": round(sum(cpus), 1)}
+        if args.mode == "relay":
+            b.procs.stop(rd)
+            res["readers_received"] = json.loads(rd.stdout.read())
+            st = log.status()
+            res["relay_status"] = st[-1][1] if st else None
+        print(json.dumps(res, indent=1))
+    finally:
+        b.procs.stop_all()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--bin",
+        default=os.environ.get("KV_EVENTS_BIN", ROOT / "target/release"),
+        help="where kv-events and kv-events-relay are (default target/release)",
+    )
+    p.add_argument("--dir", default="/tmp/relay-bench", help="scratch directory")
+    sub = p.add_subparsers(dest="what", required=True)
+    g = sub.add_parser("big", help="(a) throughput, (c) bootstrap, (d) restart")
+    g.add_argument("--objects", type=int, default=4_300_000)
+    g.add_argument("--rate", type=float, help="demo 1's calls/s (default: flat out)")
+    g.add_argument(
+        "--linger", type=float, default=600, help="demo 1 stays up this long after its workload"
+    )
+    g.add_argument("--restart-objects", type=int, default=10_000)
+    g.add_argument("--restart-rate", type=float, default=2_000)
+    g.set_defaults(run=big)
+    c = sub.add_parser("cost", help="(b) the master's cost")
+    c.add_argument("--mode", choices=["none", "relay", "direct"], required=True)
+    c.add_argument("--objects", type=int, default=100_000)
+    c.add_argument("--rate", type=float, default=10_000)
+    c.add_argument("--linger", type=float, default=10)
+    c.add_argument(
+        "--wait",
+        type=float,
+        default=10,
+        help="seconds the demo waits for its readers before the workload",
+    )
+    c.add_argument("--readers", type=int, default=1000)
+    c.add_argument("--direct", type=int, default=64)
+    c.set_defaults(run=cost)
+    f = sub.add_parser("fast-bootstrap", help=argparse.SUPPRESS)
+    f.add_argument("--nats", required=True)
+    f.add_argument("--bucket", default="kv-events")
+    f.set_defaults(run=fast_bootstrap)
+    r = sub.add_parser("readers", help=argparse.SUPPRESS)
+    r.add_argument("--nats", required=True)
+    r.add_argument("--count", type=int, default=1000)
+    r.add_argument("--ready", required=True)
+    r.set_defaults(run=readers)
+    args = p.parse_args()
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main()
