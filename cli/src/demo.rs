@@ -3,9 +3,9 @@
 
 use crate::args::{DemoArgs, Show};
 use crate::master::{self, Counts, Master};
-use crate::view::{connect_form, View, RCVHWM};
+use crate::view::{View, RCVHWM};
 use mooncake_kv_events::keys::{self, KeyPair};
-use mooncake_kv_events::subscriber::{CurveClient, Subscriber};
+use mooncake_kv_events::subscriber::{connect_form, CurveClient, Subscriber};
 use mooncake_kv_events::{Config, Publisher, Stats};
 use serde::Serialize;
 use std::fmt::Write as _;

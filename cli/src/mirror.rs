@@ -4,9 +4,9 @@
 
 use crate::args::MirrorArgs;
 use crate::tail::not_reached;
-use crate::view::{connect_form, RCVHWM};
+use crate::view::RCVHWM;
 use mooncake_kv_events::keys;
-use mooncake_kv_events::subscriber::{json_bytes, Index};
+use mooncake_kv_events::subscriber::{connect_form, json_bytes, Index};
 use mooncake_kv_events::subscriber::{CurveClient, Reach, Subscriber, SubscriberOptions};
 use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Source};
 use std::fs;

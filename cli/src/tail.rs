@@ -2,8 +2,8 @@
 //! (`--stats`) one line of rates per second.
 
 use crate::args::{Show, TailArgs};
-use crate::view::{connect_form, Tally, View, RCVHWM};
-use mooncake_kv_events::subscriber::{Catchup, Info, ReplayClient};
+use crate::view::{Tally, View, RCVHWM};
+use mooncake_kv_events::subscriber::{connect_form, Catchup, Info, ReplayClient};
 use mooncake_kv_events::subscriber::{
     CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
 };

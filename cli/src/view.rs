@@ -253,18 +253,6 @@ pub(crate) fn event_line(sequence: u64, event: &Value) -> String {
     line.to_string()
 }
 
-/// The address a subscriber connects to for a publisher bound on `endpoint`: a TCP wildcard
-/// host (`*`, `0.0.0.0`) means this machine, the rest is used as given.
-pub(crate) fn connect_form(endpoint: &str) -> String {
-    ["tcp://*:", "tcp://0.0.0.0:"]
-        .iter()
-        .find_map(|wildcard| endpoint.strip_prefix(wildcard))
-        .map_or_else(
-            || endpoint.to_owned(),
-            |port| format!("tcp://127.0.0.1:{port}"),
-        )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -454,13 +442,5 @@ mod tests {
         assert_eq!((taken, out.as_str()), (0, ""));
         assert!(err.contains("gap of 3 before sequence 5"), "{err}");
         assert_eq!((view.tally.gaps, view.last_sequence()), (1, Some(5)));
-    }
-
-    #[test]
-    fn wildcard_tcp_hosts_connect_to_this_machine() {
-        assert_eq!(connect_form("tcp://*:5557"), "tcp://127.0.0.1:5557");
-        assert_eq!(connect_form("tcp://0.0.0.0:1"), "tcp://127.0.0.1:1");
-        assert_eq!(connect_form("tcp://10.0.0.2:1"), "tcp://10.0.0.2:1");
-        assert_eq!(connect_form("ipc:///run/kv.sock"), "ipc:///run/kv.sock");
     }
 }

@@ -18,7 +18,7 @@ mod status;
 use clap::Parser;
 use mooncake_kv_events::keys;
 use mooncake_kv_events::subscriber::{
-    CurveClient, FollowOptions, Follower, ReplayClient, Source, SubscriberOptions,
+    connect_form, CurveClient, FollowOptions, Follower, ReplayClient, Source, SubscriberOptions,
 };
 use raw::Raw;
 use relay::Relay;
@@ -63,17 +63,6 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// The `tcp://*:port` a master binds, as a subscriber connects to it.
-fn connect_form(endpoint: &str) -> String {
-    ["tcp://*:", "tcp://0.0.0.0:"]
-        .iter()
-        .find_map(|wildcard| endpoint.strip_prefix(wildcard))
-        .map_or_else(
-            || endpoint.to_owned(),
-            |port| format!("tcp://127.0.0.1:{port}"),
-        )
 }
 
 /// The publishers to follow, with their CURVE keys.

@@ -21,6 +21,6 @@ pub use catchup::{Catchup, ReplayClient};
 pub use follow::{Counters, FollowOptions, Follower, Happened, Notice, Source, Status};
 pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
 pub use watch::{
-    Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
+    connect_form, Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
     DEFAULT_MAX_MESSAGE_BYTES,
 };
