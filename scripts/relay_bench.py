@@ -630,8 +630,6 @@ def cost(args):
                         b.replay,
                         "--every",
                         "1000",
-                        "--dump",
-                        "/dev/null",
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,

@@ -307,17 +307,30 @@ impl Dumps {
 
 /// Writes the index to `path` whole or not at all: to a file beside it, then renamed.
 fn write_dump(path: &Path, index: &Index) -> Result<(), String> {
+    let failed = |e: io::Error| format!("cannot write {}: {e}", path.display());
+    // What is not a regular file (/dev/null, a FIFO, a terminal) is written into as it is: a
+    // rename would put a regular file in its place, and nobody reads such a file half-written.
+    if fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        let file = fs::OpenOptions::new().write(true).open(path);
+        return file
+            .and_then(|file| write_lines(file, index))
+            .map(drop)
+            .map_err(failed);
+    }
     let mut name = path.file_name().unwrap_or_default().to_owned();
     name.push(".tmp");
     let temporary = path.with_file_name(name);
-    let written = fs::File::create(&temporary).and_then(|file| {
-        let mut out = io::BufWriter::new(file);
-        index.write_json_lines(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()
-    });
-    written
+    fs::File::create(&temporary)
+        .and_then(|file| write_lines(file, index)?.sync_all())
         .and_then(|()| fs::rename(&temporary, path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(failed)
+}
+
+/// Writes `index` as JSON lines into `file`, and gives the file back once flushed.
+fn write_lines(file: fs::File, index: &Index) -> io::Result<fs::File> {
+    let mut out = io::BufWriter::new(file);
+    index.write_json_lines(&mut out)?;
+    out.into_inner().map_err(|e| e.into_error())
 }
 
 /// One notice on stderr; refused messages and skipped events only up to

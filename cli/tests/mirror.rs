@@ -187,6 +187,42 @@ fn mirror_of_two_candidates_writes_the_live_ones_index_to_stdout_after_its_durat
 }
 
 #[test]
+fn mirror_writes_into_a_dump_path_that_is_not_a_regular_file_and_leaves_it_one() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let model = Model::new();
+    let (publisher, pub_endpoint, replay_endpoint) = publisher(&model);
+    model.churn(&publisher, 5, 500, 200);
+    assert!(publisher.flush(Duration::from_secs(10)));
+    let dir = TempDir::new("mirror-fifo");
+    let fifo = dir.path("dump");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).expect("the FIFO reads"))
+    };
+    let child = mirror(&[
+        &pub_endpoint,
+        "--replay-endpoint",
+        &replay_endpoint,
+        "--duration",
+        "2",
+        "--every",
+        "100",
+        "--dump",
+        fifo.to_str().unwrap(),
+    ]);
+    let (ok, _, err) = finish(child);
+    assert!(ok, "{err}");
+    // Before the reader is joined: a FIFO replaced by a file would leave it blocked.
+    let kind = std::fs::metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the dump path is still a FIFO");
+    assert!(!dir.path("dump.tmp").exists());
+    assert_eq!(parse(&reader.join().unwrap()), model.truth(), "{err}");
+}
+
+#[test]
 fn mirror_without_a_publisher_writes_nothing_and_says_it_is_not_in_sync() {
     let child = mirror(&[
         &endpoint(),
