@@ -503,8 +503,9 @@ impl Subscriber {
 
     /// [`Subscriber::recv`], the message only checked against the wire format: its payload
     /// stays in libzmq's buffer and its events are decoded when the reader gets to them
-    /// ([`Checked::events`]), into types that may borrow from it. For a reader that holds
-    /// messages before applying them, or applies millions of events a second.
+    /// ([`Checked::changes`](crate::wire::Checked::changes)), into types that may borrow from
+    /// it. For a reader that holds messages before applying them, or applies millions of
+    /// events a second.
     pub fn recv_checked(
         &mut self,
         timeout: Duration,

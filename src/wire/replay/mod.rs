@@ -4,8 +4,8 @@
 //!
 //! Requests are the frames a DEALER sends (the ROUTER sees them after the routing id):
 //! - `["", start_seq]`, `start_seq` 8 bytes big-endian: every retained message with sequence
-//!   at least `start_seq`, in order, in one of the two forms of [`ReplyForm`] (with the topic
-//!   frame, vLLM's since 0.26; or without), then the end of the replay ([`END_OF_REPLAY`]).
+//!   at least `start_seq`, in order, in one of two forms (with the topic frame, vLLM's since
+//!   0.26; or without: [`Replayed`]), then the end of the replay ([`END_OF_REPLAY`]).
 //!   What the publisher no longer holds, or never sent, is absent.
 //! - `["", "snapshot"]` or `["", "snapshot", tenant_id]`: every object readable now (of that
 //!   tenant), as `["", "snapshot", batch]` messages, then `["", "snapshot-end", map]`
