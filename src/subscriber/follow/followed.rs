@@ -1,40 +1,10 @@
-//! A subscriber that heals itself: [`Follower`] keeps an [`Index`] of what each publisher it
-//! follows announces, and brings it back in line whenever the stream alone cannot.
-//!
-//! For each publisher (a PUB endpoint and its replay endpoint, the master's
-//! `kv_events_bind_endpoint` and `kv_events_replay_endpoint`) the follower subscribes first,
-//! then asks the replay socket for a snapshot, and buffers the live messages meanwhile. The
-//! snapshot ends with `S`, the last sequence the publisher had assigned when it began: the
-//! follower takes the snapshot as its index, drops the buffered messages up to `S`, applies
-//! the others in order, and replays from `S + 1` if the first of them is not `S + 1`.
-//! Afterwards:
-//!
-//! - a sequence gap is filled by a replay when the publisher's replay buffer still holds it
-//!   (`info`'s `oldest_sequence` says so), and by a snapshot when it does not, or when the
-//!   replay came back short;
-//! - a new incarnation (from `info`) or a sequence that goes back (a restart) is answered by
-//!   a snapshot;
-//! - when the stream has been quiet for [`FollowOptions::quiet_check`], `info` is asked for
-//!   the last sequence sent and the incarnation, so that a loss at the end of a burst, or a
-//!   publisher that restarted and sent nothing yet, is found too;
-//! - a malformed message, a reply of the wrong shape or a publisher that speaks something else
-//!   is counted and skipped, never a panic; a request that fails is retried after
-//!   [`FollowOptions::retry_after`].
-//!
-//! The follower keeps **one index per publisher**: each is what that publisher's master
-//! holds, as far as its stream and replay socket told. In an HA deployment, give it every
-//! candidate master: [`Follower::freshest`] names the publisher in sync that was heard from
-//! last (the leader, when the others are gone or silent), and [`Follower::index`] is its view.
-//! [`Follower::union`] merges every view, for deployments where each publisher owns a part
-//! of the objects; after a failover it would still hold what the old leader last said.
-//!
-//! The follower runs on the caller's thread: [`Follower::poll`] does the work and returns
-//! what happened as [`Notice`]s.
+//! One publisher followed: its sockets, its index, and the state machine that keeps the index
+//! in sync (what to ask the replay socket, what the answers mean).
 
-use super::index::{json_bytes, Index};
-use super::watch::{
-    CurveClient, Subscriber, SubscriberOptions, WatchError, DEFAULT_MAX_MESSAGE_BYTES,
-};
+use super::notice::{Counters, Happened, Status};
+use super::{FollowOptions, Source};
+use crate::subscriber::index::{json_bytes, Index};
+use crate::subscriber::watch::{Subscriber, SubscriberOptions, WatchError};
 use crate::wire::replay::verb;
 use crate::wire::{Checked, Info, Replayed, Request, SnapshotEnd};
 use std::collections::BTreeMap;
@@ -42,328 +12,9 @@ use std::fmt;
 use std::ops::Deref;
 use std::time::{Duration, Instant};
 
-/// The longest [`Follower::poll`] waits on its sockets before looking at its timers.
-const TICK: Duration = Duration::from_millis(20);
 /// How long one publisher's sockets are read before the others, and the timers, get their
 /// turn: half of it for the stream, the rest for the replay socket.
 const READ_BUDGET: Duration = Duration::from_millis(20);
-
-/// One publisher to follow: its PUB endpoint, its replay endpoint, and the subscriber's CURVE
-/// keys when it speaks CURVE (used on both sockets).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Source {
-    /// The PUB endpoint, e.g. `tcp://master-0:5557`.
-    pub endpoint: String,
-    /// The replay endpoint, e.g. `tcp://master-0:5558`.
-    pub replay_endpoint: String,
-    /// The publisher's public key and the subscriber's key pair; `None`: plain.
-    pub curve: Option<CurveClient>,
-    /// What to subscribe to: the publisher's topic or a prefix of it; empty: everything.
-    pub topic: Vec<u8>,
-}
-
-impl Source {
-    /// A plain source.
-    pub fn new(endpoint: impl Into<String>, replay_endpoint: impl Into<String>) -> Source {
-        Source {
-            endpoint: endpoint.into(),
-            replay_endpoint: replay_endpoint.into(),
-            curve: None,
-            topic: Vec::new(),
-        }
-    }
-}
-
-/// How the follower reads and when it gives up waiting.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FollowOptions {
-    /// The SUB socket's receive high-water mark, in messages; default 1,000,000. What the
-    /// socket drops past it the follower sees as a gap and recovers.
-    pub rcvhwm: i32,
-    /// The largest message taken, in bytes; default 16 MiB (see
-    /// [`SubscriberOptions::max_message_bytes`]).
-    pub max_message_bytes: usize,
-    /// How long a request (info, replay, snapshot) may go without a reply frame before it is
-    /// given up and retried; default 5 s.
-    pub request_timeout: Duration,
-    /// How long after a failed request the next one goes out; default 1 s.
-    pub retry_after: Duration,
-    /// How long the stream may be quiet before `info` is asked for the last sequence sent
-    /// and the incarnation; default 1 s.
-    pub quiet_check: Duration,
-    /// Live messages held while a snapshot or a replay is under way; past it they are
-    /// dropped (counted in [`Counters::overflowed`]) and recovered like any loss. Default
-    /// 1,000,000.
-    pub max_buffered: usize,
-    /// The most payload bytes those messages may hold together; past it, as past
-    /// `max_buffered`. Default 1 GiB: a million-object burst, held while a snapshot of as
-    /// many is read, takes about a quarter of it.
-    pub max_buffered_bytes: usize,
-}
-
-impl Default for FollowOptions {
-    fn default() -> FollowOptions {
-        FollowOptions {
-            rcvhwm: 1_000_000,
-            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
-            request_timeout: Duration::from_secs(5),
-            retry_after: Duration::from_secs(1),
-            quiet_check: Duration::from_secs(1),
-            max_buffered: 1_000_000,
-            max_buffered_bytes: 1 << 30,
-        }
-    }
-}
-
-/// What the follower counted, for one publisher or ([`Follower::counters`]) all together.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Messages applied to the index, from the stream or a replay.
-    pub messages: u64,
-    /// Events applied to the index from those messages (snapshots' events not included).
-    pub events: u64,
-    /// Stream messages dropped because the index already covered them (sequence at most a
-    /// snapshot's `S` or a replay's end): the normal overlap, no loss.
-    pub discarded: u64,
-    /// Sequence gaps found: a message whose sequence skipped numbers, or `info` saying more
-    /// was sent than arrived. Each was then filled by a replay or a snapshot.
-    pub gaps: u64,
-    /// Replays that filled what they were asked for.
-    pub replays: u64,
-    /// Messages those replays brought back.
-    pub replayed_messages: u64,
-    /// Snapshots taken as the index (the first one included).
-    pub snapshots: u64,
-    /// New lives of a publisher seen: a new incarnation in `info` or a snapshot, or the
-    /// sequence going back. Each is followed by a snapshot.
-    pub incarnations: u64,
-    /// Messages and replies refused: not three frames, not the wire format, over the size
-    /// bound, a reply that is not the replay socket's protocol, a snapshot whose end does
-    /// not match what arrived. Skipped; what they carried is recovered like a loss.
-    pub malformed: u64,
-    /// Events in a well-formed message that the index cannot take (an unknown type, no key
-    /// or no medium): skipped, the rest of the message applied.
-    pub skipped_events: u64,
-    /// Requests to the replay socket that failed: no answer in time, an error reply
-    /// (`busy`, snapshots not available), an unusable reply. Each is retried.
-    pub failed_requests: u64,
-    /// Live messages dropped because [`FollowOptions::max_buffered`] messages or
-    /// [`FollowOptions::max_buffered_bytes`] were held already.
-    pub overflowed: u64,
-    /// Times the index came back in sync: after the start, and after each incident (a
-    /// gap, a new incarnation, a restart).
-    pub convergences: u64,
-    /// How long the last of those took, from the start or from when the incident was
-    /// noticed to being in sync.
-    pub last_convergence: Option<Duration>,
-    /// The longest of them.
-    pub longest_convergence: Duration,
-}
-
-impl Counters {
-    fn add(&mut self, other: &Counters) {
-        self.messages += other.messages;
-        self.events += other.events;
-        self.discarded += other.discarded;
-        self.gaps += other.gaps;
-        self.replays += other.replays;
-        self.replayed_messages += other.replayed_messages;
-        self.snapshots += other.snapshots;
-        self.incarnations += other.incarnations;
-        self.malformed += other.malformed;
-        self.skipped_events += other.skipped_events;
-        self.failed_requests += other.failed_requests;
-        self.overflowed += other.overflowed;
-        self.convergences += other.convergences;
-        self.last_convergence = match (self.last_convergence, other.last_convergence) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
-        self.longest_convergence = self.longest_convergence.max(other.longest_convergence);
-    }
-}
-
-/// Something that happened to the index of publisher number `source` (its place in the
-/// list given to [`Follower::new`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Notice {
-    /// Which publisher.
-    pub source: usize,
-    /// What happened.
-    pub event: Happened,
-}
-
-/// What a [`Notice`] tells. `Display` says it in one line for people.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Happened {
-    /// A snapshot became the index.
-    Snapshot {
-        /// Objects in it.
-        objects: usize,
-        /// `stored` events it held.
-        events: u64,
-        /// `S`: the stream is applied from `S + 1` on.
-        sequence: u64,
-        /// The publisher's incarnation.
-        incarnation: u64,
-        /// From the request to the end of the snapshot.
-        took: Duration,
-    },
-    /// The gap `from..=through` was filled by a replay.
-    Replayed {
-        /// The first sequence missing.
-        from: u64,
-        /// The last.
-        through: u64,
-        /// How long the replay took.
-        took: Duration,
-    },
-    /// The replay buffer no longer holds the gap `from..=through` (it holds from `oldest`
-    /// on, 0: nothing): a snapshot follows.
-    NotHeld {
-        /// The first sequence missing.
-        from: u64,
-        /// The last.
-        through: u64,
-        /// The oldest sequence the buffer holds, 0 when none.
-        oldest: u64,
-    },
-    /// A replay of `from..=through` stopped short after `reached`: a snapshot follows.
-    ReplayShort {
-        /// The first sequence asked for.
-        from: u64,
-        /// The last.
-        through: u64,
-        /// The last sequence applied.
-        reached: u64,
-    },
-    /// The publisher has a new incarnation (restart, another master): a snapshot follows.
-    NewIncarnation {
-        /// The one the index was built from.
-        old: u64,
-        /// The new one.
-        new: u64,
-    },
-    /// The stream's sequence went back from `last` to `sequence`: the publisher restarted;
-    /// a snapshot follows.
-    SequenceBack {
-        /// The last sequence seen before.
-        last: u64,
-        /// The one that came.
-        sequence: u64,
-    },
-    /// The index is in sync again, `took` after the start or the incident.
-    InSync {
-        /// From the start, or from when the incident was noticed.
-        took: Duration,
-    },
-    /// The connection to the PUB endpoint closed; `info` will say whether the publisher
-    /// restarted.
-    Disconnected,
-    /// A message or reply was refused and skipped.
-    Malformed(String),
-    /// Events of a message were skipped.
-    Skipped(String),
-    /// A request failed; it is retried. Repeats of the same failure are not noticed again.
-    Failed(String),
-    /// The publisher refused this subscriber's handshake.
-    Refused(String),
-}
-
-fn millis(d: Duration) -> String {
-    let ms = d.as_secs_f64() * 1000.0;
-    if ms < 10.0 {
-        format!("{ms:.1} ms")
-    } else {
-        format!("{ms:.0} ms")
-    }
-}
-
-impl fmt::Display for Happened {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Happened::Snapshot {
-                objects,
-                sequence,
-                took,
-                ..
-            } => write!(
-                f,
-                "snapshot: {objects} objects, S={sequence}, {}",
-                millis(*took)
-            ),
-            Happened::Replayed {
-                from,
-                through,
-                took,
-            } => write!(
-                f,
-                "gap {from}..{through} filled by replay, {}",
-                millis(*took)
-            ),
-            Happened::NotHeld {
-                from,
-                through,
-                oldest: 0,
-            } => write!(
-                f,
-                "gap {from}..{through}: the replay buffer holds nothing: snapshot"
-            ),
-            Happened::NotHeld {
-                from,
-                through,
-                oldest,
-            } => write!(
-                f,
-                "gap {from}..{through}: the replay buffer holds from {oldest} on: snapshot"
-            ),
-            Happened::ReplayShort {
-                from,
-                through,
-                reached,
-            } => write!(
-                f,
-                "gap {from}..{through}: the replay stopped at {reached}: snapshot"
-            ),
-            Happened::NewIncarnation { old, new } => {
-                write!(f, "new incarnation {new:016x} (was {old:016x}): snapshot")
-            }
-            Happened::SequenceBack { last, sequence } => write!(
-                f,
-                "the sequence went back from {last} to {sequence} (a restart): snapshot"
-            ),
-            Happened::InSync { took } => write!(f, "in sync after {}", millis(*took)),
-            Happened::Disconnected => write!(
-                f,
-                "the connection closed; reconnecting, and asking info whether it restarted"
-            ),
-            Happened::Malformed(why) => write!(f, "refused a message: {why}"),
-            Happened::Skipped(why) => write!(f, "skipped events: {why}"),
-            Happened::Failed(why) => write!(f, "{why}; retrying"),
-            Happened::Refused(why) => write!(f, "the publisher refused this subscriber: {why}"),
-        }
-    }
-}
-
-/// Where one publisher's index stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Status {
-    /// The PUB endpoint.
-    pub endpoint: String,
-    /// The incarnation the index was built from; `None` before the first snapshot.
-    pub incarnation: Option<u64>,
-    /// The last sequence the index reflects (a snapshot's `S` or the last message applied);
-    /// `None` before the first snapshot.
-    pub sequence: Option<u64>,
-    /// Whether the index is in sync: a snapshot taken, nothing buffered past a gap, no
-    /// recovery under way. Messages lost at the end of a burst are only known at the next
-    /// quiet check.
-    pub in_sync: bool,
-    /// When the publisher was last heard from (a message or a reply).
-    pub last_heard: Option<Instant>,
-    /// The failure of the last request, while requests keep failing.
-    pub failing: Option<String>,
-}
 
 /// What the follower asked the replay socket and waits for.
 enum Ask {
@@ -391,12 +42,12 @@ enum Purpose {
 }
 
 /// One publisher followed.
-struct Followed {
+pub(super) struct Followed {
     source: Source,
     context: zmq::Context,
     subscriber: Subscriber,
     dealer: zmq::Socket,
-    index: Index,
+    pub(super) index: Index,
     incarnation: Option<u64>,
     /// The last sequence the index reflects.
     applied: Option<u64>,
@@ -421,11 +72,11 @@ struct Followed {
     incident: Option<Instant>,
     last_stream: Instant,
     last_check: Instant,
-    last_heard: Option<Instant>,
+    pub(super) last_heard: Option<Instant>,
     connections_lost: u64,
     failing: Option<String>,
     refused: Option<String>,
-    counters: Counters,
+    pub(super) counters: Counters,
 }
 
 impl fmt::Debug for Followed {
@@ -438,155 +89,71 @@ impl fmt::Debug for Followed {
     }
 }
 
-/// Follows one or several publishers and keeps each one's [`Index`] in sync; see the
-/// module's documentation.
-#[derive(Debug)]
-pub struct Follower {
-    followed: Vec<Followed>,
-    options: FollowOptions,
-}
-
-impl Follower {
-    /// Subscribes to every source (ZeroMQ connects in the background: a publisher not up
-    /// yet is followed once it is). The first [`Follower::poll`] asks for the snapshots.
-    /// The error names the endpoint that cannot be used.
-    pub fn new(sources: Vec<Source>, options: FollowOptions) -> Result<Follower, String> {
-        let now = Instant::now();
-        let mut followed = Vec::with_capacity(sources.len());
-        for source in sources {
-            let subscriber = Subscriber::open(
-                &source.endpoint,
-                &SubscriberOptions {
-                    rcvhwm: options.rcvhwm,
-                    curve: source.curve.clone(),
-                    max_message_bytes: options.max_message_bytes,
-                    topic: source.topic.clone(),
-                },
-            )
-            .map_err(|e| format!("cannot subscribe to {}: {e}", source.endpoint))?;
-            let context = zmq::Context::new();
-            let dealer = open_dealer(&context, &source, &options)?;
-            followed.push(Followed {
-                source,
-                context,
-                subscriber,
-                dealer,
-                index: Index::new(),
-                incarnation: None,
-                applied: None,
-                stream_last: None,
-                pending: BTreeMap::new(),
-                pending_bytes: 0,
-                asking: None,
-                asked_at: now,
-                snapshot_due: true,
-                not_before: now,
-                gap_counted: None,
-                restart_counted: false,
-                incident: Some(now),
-                last_stream: now,
-                last_check: now,
-                last_heard: None,
-                connections_lost: 0,
-                failing: None,
-                refused: None,
-                counters: Counters::default(),
-            });
-        }
-        Ok(Follower { followed, options })
+impl Followed {
+    /// Subscribes to `source` and connects its replay socket; the first snapshot is due.
+    pub(super) fn open(
+        source: Source,
+        options: &FollowOptions,
+        now: Instant,
+    ) -> Result<Followed, String> {
+        let subscriber = Subscriber::open(
+            &source.endpoint,
+            &SubscriberOptions {
+                rcvhwm: options.rcvhwm,
+                curve: source.curve.clone(),
+                max_message_bytes: options.max_message_bytes,
+                topic: source.topic.clone(),
+            },
+        )
+        .map_err(|e| format!("cannot subscribe to {}: {e}", source.endpoint))?;
+        let context = zmq::Context::new();
+        let dealer = open_dealer(&context, &source, options)?;
+        Ok(Followed {
+            source,
+            context,
+            subscriber,
+            dealer,
+            index: Index::new(),
+            incarnation: None,
+            applied: None,
+            stream_last: None,
+            pending: BTreeMap::new(),
+            pending_bytes: 0,
+            asking: None,
+            asked_at: now,
+            snapshot_due: true,
+            not_before: now,
+            gap_counted: None,
+            restart_counted: false,
+            incident: Some(now),
+            last_stream: now,
+            last_check: now,
+            last_heard: None,
+            connections_lost: 0,
+            failing: None,
+            refused: None,
+            counters: Counters::default(),
+        })
     }
 
-    /// Reads what arrived, applies it, and sends the requests the state calls for, for up
-    /// to `timeout`; returns as soon as something worth a [`Notice`] happened, or when the
-    /// time is up. Call it in a loop.
-    pub fn poll(&mut self, timeout: Duration) -> Vec<Notice> {
-        let deadline = Instant::now() + timeout;
-        let mut notices = Vec::new();
-        loop {
-            for (source, followed) in self.followed.iter_mut().enumerate() {
-                let mut notice = |event| notices.push(Notice { source, event });
-                followed.read(&self.options, &mut notice);
-                followed.act(&self.options, &mut notice);
-            }
-            let now = Instant::now();
-            if !notices.is_empty() || now >= deadline {
-                return notices;
-            }
-            let wait = (deadline - now).min(TICK);
-            let mut items: Vec<zmq::PollItem<'_>> = self
-                .followed
-                .iter()
-                .flat_map(|f| [f.subscriber.poll_item(), f.dealer.as_poll_item(zmq::POLLIN)])
-                .collect();
-            // An interrupted wait (a signal) is as good as a wait that ended.
-            let _ = zmq::poll(
-                &mut items,
-                i64::try_from(wait.as_millis()).unwrap_or(20).max(1),
-            );
-        }
-    }
-
-    /// How many publishers are followed.
-    pub fn sources(&self) -> usize {
-        self.followed.len()
-    }
-
-    /// Publisher `source`'s index: what its master holds, as far as the follower knows.
-    /// Panics if there is no such source.
-    // The name says what it returns; `follower[i]` would not.
-    #[allow(clippy::should_implement_trait)]
-    pub fn index(&self, source: usize) -> &Index {
-        &self.followed[source].index
-    }
-
-    /// Every publisher's index merged: an object is readable on the media any of them
-    /// says.
-    pub fn union(&self) -> Index {
-        let mut union = Index::new();
-        for followed in &self.followed {
-            union.merge(&followed.index);
-        }
-        union
-    }
-
-    /// The publisher in sync that was heard from last: in an HA deployment, the leader.
-    pub fn freshest(&self) -> Option<usize> {
-        (0..self.followed.len())
-            .filter(|&i| self.followed[i].in_sync())
-            .max_by_key(|&i| self.followed[i].last_heard)
-    }
-
-    /// Where publisher `source`'s index stands. Panics if there is no such source.
-    pub fn status(&self, source: usize) -> Status {
-        let f = &self.followed[source];
+    /// Where this publisher's index stands.
+    pub(super) fn status(&self) -> Status {
         Status {
-            endpoint: f.source.endpoint.clone(),
-            incarnation: f.incarnation,
-            sequence: f.applied,
-            in_sync: f.in_sync(),
-            last_heard: f.last_heard,
-            failing: f.failing.clone(),
+            endpoint: self.source.endpoint.clone(),
+            incarnation: self.incarnation,
+            sequence: self.applied,
+            in_sync: self.in_sync(),
+            last_heard: self.last_heard,
+            failing: self.failing.clone(),
         }
     }
 
-    /// Whether every publisher's index is in sync.
-    pub fn in_sync(&self) -> bool {
-        self.followed.iter().all(Followed::in_sync)
-    }
-
-    /// Publisher `source`'s counters. Panics if there is no such source.
-    pub fn source_counters(&self, source: usize) -> &Counters {
-        &self.followed[source].counters
-    }
-
-    /// The counters of every publisher added up; `last_convergence` is the longest of the
-    /// publishers' last ones.
-    pub fn counters(&self) -> Counters {
-        let mut sum = Counters::default();
-        for followed in &self.followed {
-            sum.add(&followed.counters);
-        }
-        sum
+    /// What the follower's poll waits on: the stream and the replay socket.
+    pub(super) fn poll_items(&self) -> [zmq::PollItem<'_>; 2] {
+        [
+            self.subscriber.poll_item(),
+            self.dealer.as_poll_item(zmq::POLLIN),
+        ]
     }
 }
 
@@ -617,7 +184,7 @@ fn open_dealer(
 }
 
 impl Followed {
-    fn in_sync(&self) -> bool {
+    pub(super) fn in_sync(&self) -> bool {
         self.applied.is_some()
             && !self.snapshot_due
             && self.pending.is_empty()
@@ -625,7 +192,7 @@ impl Followed {
     }
 
     /// Reads what the two sockets hold.
-    fn read(&mut self, options: &FollowOptions, notice: &mut impl FnMut(Happened)) {
+    pub(super) fn read(&mut self, options: &FollowOptions, notice: &mut impl FnMut(Happened)) {
         let start = Instant::now();
         while start.elapsed() < READ_BUDGET / 2 {
             match self.subscriber.recv_checked(Duration::ZERO) {
@@ -778,7 +345,7 @@ impl Followed {
 
     /// Sends the request the state calls for, gives up one that timed out, and notices the
     /// index back in sync.
-    fn act(&mut self, options: &FollowOptions, notice: &mut impl FnMut(Happened)) {
+    pub(super) fn act(&mut self, options: &FollowOptions, notice: &mut impl FnMut(Happened)) {
         let now = Instant::now();
         if self.asking.is_some() && now.duration_since(self.asked_at) >= options.request_timeout {
             let what = self.asking_what();
