@@ -14,7 +14,7 @@
 use kv_events_testing as common;
 
 use common::model::Model;
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Index, Source};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Index, Upstream};
 use mooncake_kv_events::wire::{decode_message, Checked};
 use mooncake_kv_events::{Config, MediumSet, Publisher};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -145,7 +145,7 @@ fn main() {
         rcvhwm: 1000,
         ..FollowOptions::default()
     };
-    let mut follower = Follower::new(vec![Source::new(&endpoint, &replay)], options).unwrap();
+    let mut follower = Follower::new(vec![Upstream::new(&endpoint, &replay)], options).unwrap();
     let joined = in_sync(&mut follower, 1);
     let first = follower.counters();
     println!(

@@ -17,7 +17,7 @@
 use kv_events_testing as common;
 
 use common::{raw_subscriber, tcp_endpoint};
-use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher, Snapshot};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -58,7 +58,7 @@ impl Master {
         let source = Arc::clone(&master);
         master
             .publisher
-            .set_object_source(move |_: Option<&[u8]>, out: &mut Objects| {
+            .set_object_source(move |_: Option<&[u8]>, out: &mut Snapshot| {
                 for shard in &source.shards {
                     let copied: Vec<(Vec<u8>, MediumSet)> = shard
                         .lock()

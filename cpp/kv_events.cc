@@ -256,7 +256,7 @@ int kv_events_set_object_source(kv_events_publisher* publisher, kv_events_object
   try {
     // A disabled publisher drops the source at once, which releases its context.
     publisher->rust->set_object_source(
-        std::make_unique<bridge::MasterObjectSource>(source, context, release));
+        std::make_unique<bridge::ObjectSource>(source, context, release));
     return KV_EVENTS_OK;
   } catch (...) {
     if (release != nullptr) release(context);
@@ -271,10 +271,10 @@ int kv_events_snapshot_add(kv_events_snapshot* snapshot, const char* tenant_id,
       !readable(object_key, object_key_len) || !readable(group_id, group_id_len)) {
     return KV_EVENTS_ERR_INVALID_ARGUMENT;
   }
-  // The only kv_events_snapshot is the Rust side's Objects (object_source.h).
-  auto& objects = *reinterpret_cast<bridge::Objects*>(snapshot);
+  // The only kv_events_snapshot is the Rust side's Snapshot (object_source.h).
+  auto& rust_snapshot = *reinterpret_cast<bridge::Snapshot*>(snapshot);
   const bool added =
-      bridge::snapshot_add(objects, bytes(tenant_id), tenant_id_len, bytes(object_key),
+      bridge::snapshot_add(rust_snapshot, bytes(tenant_id), tenant_id_len, bytes(object_key),
                            object_key_len, bytes(group_id), group_id_len, media);
   return added ? KV_EVENTS_OK : KV_EVENTS_ERR_ABANDONED;
 }

@@ -12,32 +12,32 @@ struct kv_events_snapshot;
 
 namespace mooncake::kv_events::bridge {
 
-struct Objects;
+struct Snapshot;
 
-class MasterObjectSource {
+class ObjectSource {
  public:
   // As kv_events_object_source_fn: (context, tenant_id or NULL, tenant_id_len, snapshot).
   using Function = int (*)(void* context, const char* tenant_id, size_t tenant_id_len,
                            kv_events_snapshot* snapshot);
 
-  MasterObjectSource(Function objects, void* context, void (*release)(void*)) noexcept
+  ObjectSource(Function objects, void* context, void (*release)(void*)) noexcept
       : objects_(objects), context_(context), release_(release) {}
-  MasterObjectSource(const MasterObjectSource&) = delete;
-  MasterObjectSource& operator=(const MasterObjectSource&) = delete;
+  ObjectSource(const ObjectSource&) = delete;
+  ObjectSource& operator=(const ObjectSource&) = delete;
 
   // The Rust side drops the source once it was replaced and no snapshot uses it.
-  ~MasterObjectSource() {
+  ~ObjectSource() {
     if (release_ != nullptr) release_(context_);
   }
 
   // Called on the thread kv-events-snapshot. The C API's kv_events_snapshot is the Rust side's
-  // Objects; what a C++ source throws is stopped here and reported as a failure.
+  // Snapshot; what a C++ source throws is stopped here and reported as a failure.
   int32_t objects(rust::Slice<const uint8_t> tenant, bool every_tenant,
-                  Objects& objects) const noexcept {
+                  Snapshot& snapshot) const noexcept {
     try {
       const char* name = every_tenant ? nullptr : reinterpret_cast<const char*>(tenant.data());
       return objects_(context_, name, every_tenant ? 0 : tenant.size(),
-                      reinterpret_cast<kv_events_snapshot*>(&objects));
+                      reinterpret_cast<kv_events_snapshot*>(&snapshot));
     } catch (...) {
       return -1;
     }

@@ -12,7 +12,7 @@
 
 use crate::log::{self, Level};
 use crate::{
-    Config, CreateError, MediumSet, ObjectSource, Objects, Publisher, RemoveAllScan, Stats,
+    Config, CreateError, MediumSet, ObjectSource, Publisher, RemoveAllScan, Snapshot, Stats,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -44,20 +44,20 @@ mod bridge {
 
         /// The master's object source (`cpp/object_source.h`); dropping it hands its context
         /// back to the master.
-        type MasterObjectSource;
-        /// Adds the objects of `tenant` (of every tenant when `every_tenant`) to `objects`;
+        type ObjectSource;
+        /// Adds the objects of `tenant` (of every tenant when `every_tenant`) to `snapshot`;
         /// 0 when it succeeded.
         fn objects(
-            self: &MasterObjectSource,
+            self: &ObjectSource,
             tenant: &[u8],
             every_tenant: bool,
-            objects: &mut Objects,
+            snapshot: &mut Snapshot,
         ) -> i32;
     }
 
     extern "Rust" {
         type RustPublisher;
-        type Objects;
+        type Snapshot;
 
         /// Sends every publisher's log lines to `sink`; a null sink restores the default.
         fn set_log_sink(sink: UniquePtr<LogSink>);
@@ -120,7 +120,7 @@ mod bridge {
         fn flush(self: &RustPublisher, timeout_ms: u64) -> bool;
         fn shutdown(self: &RustPublisher);
         /// Registers the master's object source; a null one unregisters.
-        fn set_object_source(self: &RustPublisher, source: UniquePtr<MasterObjectSource>);
+        fn set_object_source(self: &RustPublisher, source: UniquePtr<ObjectSource>);
 
         /// Adds one object to a snapshot under way; false once it was abandoned.
         ///
@@ -128,7 +128,7 @@ mod bridge {
         /// As `on_medium_delta`.
         #[allow(clippy::too_many_arguments)]
         unsafe fn snapshot_add(
-            objects: &mut Objects,
+            snapshot: &mut Snapshot,
             tenant: *const u8,
             tenant_len: usize,
             key: *const u8,
@@ -140,7 +140,7 @@ mod bridge {
     }
 }
 
-use bridge::{LogSink, MasterObjectSource};
+use bridge::LogSink;
 use cxx::UniquePtr;
 
 /// The publisher as C++ holds it.
@@ -184,19 +184,23 @@ fn set_log_sink(sink: UniquePtr<LogSink>) {
 
 // SAFETY: the C API requires the master's source to be callable from a library thread, one
 // snapshot at a time; `objects` is a const call of a function pointer with its context.
-unsafe impl Send for MasterObjectSource {}
+unsafe impl Send for bridge::ObjectSource {}
 // SAFETY: as above.
-unsafe impl Sync for MasterObjectSource {}
+unsafe impl Sync for bridge::ObjectSource {}
+
+impl std::fmt::Debug for bridge::ObjectSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the master's object source")
+    }
+}
 
 /// The master's object source as the publisher calls it.
-struct Source(UniquePtr<MasterObjectSource>);
-
-impl ObjectSource for Source {
-    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String> {
-        let Some(source) = self.0.as_ref() else {
+impl ObjectSource for UniquePtr<bridge::ObjectSource> {
+    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), String> {
+        let Some(source) = self.as_ref() else {
             return Ok(());
         };
-        match source.objects(tenant.unwrap_or_default(), tenant.is_none(), objects) {
+        match source.objects(tenant.unwrap_or_default(), tenant.is_none(), snapshot) {
             0 => Ok(()),
             rc => Err(format!("it returned {rc}")),
         }
@@ -207,7 +211,7 @@ impl ObjectSource for Source {
 /// As `RustPublisher::on_medium_delta`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn snapshot_add(
-    objects: &mut Objects,
+    snapshot: &mut Snapshot,
     tenant: *const u8,
     tenant_len: usize,
     key: *const u8,
@@ -226,7 +230,7 @@ unsafe fn snapshot_add(
     };
     let media = MediumSet::from_bits(media);
     catch_unwind(AssertUnwindSafe(|| {
-        objects.add(tenant, key, group, media).is_ok()
+        snapshot.add(tenant, key, group, media).is_ok()
     }))
     .unwrap_or(false)
 }
@@ -340,11 +344,11 @@ impl RustPublisher {
         self.0.shutdown();
     }
 
-    fn set_object_source(&self, source: UniquePtr<MasterObjectSource>) {
+    fn set_object_source(&self, source: UniquePtr<bridge::ObjectSource>) {
         if source.is_null() {
             self.0.remove_object_source();
         } else {
-            self.0.set_object_source(Source(source));
+            self.0.set_object_source(source);
         }
     }
 }

@@ -68,6 +68,6 @@ pub use media::{Medium, MediumSet, ReplicaKind};
 #[cfg(feature = "publisher")]
 pub use publisher::{Publisher, RemoveAllScan};
 #[cfg(feature = "publisher")]
-pub use recovery::{Abandoned, ObjectSource, Objects};
+pub use recovery::{Abandoned, ObjectSource, Snapshot};
 #[cfg(feature = "publisher")]
 pub use stats::{BuildInfo, Stats};

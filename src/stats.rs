@@ -263,7 +263,7 @@ impl Counters {
     }
 
     /// The counters now, with what the queue and the publisher's life say.
-    pub(crate) fn snapshot(
+    pub(crate) fn stats(
         &self,
         queue_depth: usize,
         queue_capacity: usize,

@@ -7,7 +7,7 @@ use kv_events_testing::model;
 
 use common::endpoint;
 use model::{config, converge, Model};
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Source};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Upstream};
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::thread;
 use std::time::Duration;
@@ -23,13 +23,13 @@ fn quick() -> FollowOptions {
 }
 
 /// A publisher with a replay socket on fresh ipc endpoints, served by `model`.
-fn publisher(model: &Model, tune: impl FnOnce(&mut Config)) -> (Publisher, Source) {
+fn publisher(model: &Model, tune: impl FnOnce(&mut Config)) -> (Publisher, Upstream) {
     let (pub_endpoint, replay_endpoint) = (endpoint(), endpoint());
     let mut config = config(&pub_endpoint, &replay_endpoint);
     tune(&mut config);
     let publisher = Publisher::create(&config).expect("the publisher binds");
     model.serve(&publisher);
-    (publisher, Source::new(pub_endpoint, replay_endpoint))
+    (publisher, Upstream::new(pub_endpoint, replay_endpoint))
 }
 
 fn flush(publisher: &Publisher) {
@@ -41,7 +41,7 @@ const WITHIN: Duration = Duration::from_secs(30);
 #[test]
 fn a_late_join_while_the_master_changes_converges_to_the_truth() {
     let model = Model::new();
-    let (publisher, source) = publisher(&model, |_| {});
+    let (publisher, upstream) = publisher(&model, |_| {});
     model.churn(&publisher, 1, 3000, 1000);
     model.remove_all(&publisher, b"tenant-2");
     flush(&publisher);
@@ -56,7 +56,7 @@ fn a_late_join_while_the_master_changes_converges_to_the_truth() {
             }
         })
     };
-    let mut follower = Follower::new(vec![source], quick()).unwrap();
+    let mut follower = Follower::new(vec![upstream], quick()).unwrap();
     let mut early = Vec::new();
     while !churning.is_finished() {
         early.extend(follower.poll(Duration::from_millis(5)));
@@ -96,17 +96,17 @@ fn a_loss_is_filled_by_replies_without_the_topic_frame_too() {
 /// the socket; replies come in the form `topic_frame` says.
 fn loss_after_the_socket_is_filled_by_replay(topic_frame: bool) {
     let model = Model::new();
-    let (publisher, mut source) = publisher(&model, |c| {
+    let (publisher, mut upstream) = publisher(&model, |c| {
         c.send_hwm = 4;
         c.queue_capacity = 1 << 18;
         c.topic = "kv@pod-1@model-a".into();
         c.replay_topic_frame = topic_frame;
     });
-    source.topic = b"kv@pod-1".to_vec();
+    upstream.topic = b"kv@pod-1".to_vec();
     model.churn(&publisher, 2, 500, 500);
     flush(&publisher);
     let mut follower = Follower::new(
-        vec![source],
+        vec![upstream],
         FollowOptions {
             rcvhwm: 1,
             ..quick()
@@ -145,8 +145,8 @@ fn loss_after_the_socket_is_filled_by_replay(topic_frame: bool) {
 #[test]
 fn a_loss_before_encoding_is_repaired_by_a_snapshot() {
     let model = Model::new();
-    let (publisher, source) = publisher(&model, |c| c.queue_capacity = 8);
-    let mut follower = Follower::new(vec![source], quick()).unwrap();
+    let (publisher, upstream) = publisher(&model, |c| c.queue_capacity = 8);
+    let mut follower = Follower::new(vec![upstream], quick()).unwrap();
     converge(&mut follower, 0, &model, WITHIN);
     let before = follower.counters();
     // Calls far faster than the publishing thread drains a queue of 8: events are dropped
@@ -168,10 +168,10 @@ fn a_loss_before_encoding_is_repaired_by_a_snapshot() {
 #[test]
 fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
     let model = Model::new();
-    let (publisher, source) = publisher(&model, |_| {});
+    let (publisher, upstream) = publisher(&model, |_| {});
     model.churn(&publisher, 4, 2000, 500);
     flush(&publisher);
-    let mut follower = Follower::new(vec![source.clone()], quick()).unwrap();
+    let mut follower = Follower::new(vec![upstream.clone()], quick()).unwrap();
     converge(&mut follower, 0, &model, WITHIN);
     let old = follower.status(0).incarnation.unwrap();
     // The master restarts its publisher on the same endpoints; its metadata stays. Nothing
@@ -183,7 +183,7 @@ fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
         b"changed-while-down",
         MediumSet::from([Medium::Disk]),
     );
-    let publisher = Publisher::create(&config(&source.endpoint, &source.replay_endpoint))
+    let publisher = Publisher::create(&config(&upstream.endpoint, &upstream.replay_endpoint))
         .expect("the publisher binds again");
     model.serve(&publisher);
     let (notices, took) = converge(&mut follower, 0, &model, WITHIN);
@@ -205,7 +205,7 @@ fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
     assert_eq!(counters.snapshots, 2, "{counters:?}");
     // And a restart noticed by the sequence going back.
     drop(publisher);
-    let publisher = Publisher::create(&config(&source.endpoint, &source.replay_endpoint))
+    let publisher = Publisher::create(&config(&upstream.endpoint, &upstream.replay_endpoint))
         .expect("the publisher binds again");
     model.serve(&publisher);
     thread::sleep(Duration::from_millis(300));
@@ -222,7 +222,7 @@ fn a_move_to_another_publisher_converges_on_it() {
     let model = Model::new();
     let (a, source_a) = publisher(&model, |_| {});
     // B's endpoints: nothing is bound there yet.
-    let source_b = Source::new(endpoint(), endpoint());
+    let source_b = Upstream::new(endpoint(), endpoint());
     model.churn(&a, 7, 2000, 500);
     flush(&a);
     let mut follower = Follower::new(vec![source_a, source_b.clone()], quick()).unwrap();
@@ -248,7 +248,7 @@ fn a_move_to_another_publisher_converges_on_it() {
     assert!(
         notices
             .iter()
-            .any(|n| n.source == 1 && matches!(n.event, Happened::Snapshot { .. })),
+            .any(|n| n.upstream == 1 && matches!(n.event, Happened::Snapshot { .. })),
         "{notices:?}"
     );
     eprintln!(
@@ -260,7 +260,7 @@ fn a_move_to_another_publisher_converges_on_it() {
 #[test]
 fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
     let model = Model::new();
-    let (publisher, source) = publisher(&model, |_| {});
+    let (publisher, upstream) = publisher(&model, |_| {});
     model.churn(&publisher, 9, 1000, 300);
     flush(&publisher);
     // A stray publisher: a raw PUB whose messages are wrong, and a ROUTER beside it whose
@@ -273,7 +273,7 @@ fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
     let router_endpoint = endpoint();
     router.bind(&router_endpoint).unwrap();
     let mut follower = Follower::new(
-        vec![source, Source::new(stray_endpoint, router_endpoint)],
+        vec![upstream, Upstream::new(stray_endpoint, router_endpoint)],
         quick(),
     )
     .unwrap();
@@ -362,17 +362,18 @@ fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
     model.churn(&publisher, 10, 1000, 300);
     flush(&publisher);
     let deadline = std::time::Instant::now() + WITHIN;
-    while follower.source_counters(1).skipped_events < 40 && std::time::Instant::now() < deadline {
+    while follower.upstream_counters(1).skipped_events < 40 && std::time::Instant::now() < deadline
+    {
         serve(&router);
         follower.poll(Duration::from_millis(50));
     }
     converge(&mut follower, 0, &model, WITHIN);
-    let stray = follower.source_counters(1).clone();
+    let stray = follower.upstream_counters(1).clone();
     assert_eq!(stray.skipped_events, 40, "{stray:?}");
     assert!(stray.malformed >= refused + 3, "{stray:?}");
     assert_eq!(stray.snapshots, 1, "{stray:?}");
     assert!(follower.index(1).is_empty());
-    let good = follower.source_counters(0);
+    let good = follower.upstream_counters(0);
     assert_eq!((good.malformed, good.skipped_events), (0, 0), "{good:?}");
     assert!(wrong_sent > 0);
 }
@@ -380,14 +381,14 @@ fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
 /// `info` requests a follower in sync makes while the stream is idle for 4 s.
 fn info_polls_while_idle(heartbeat_ms: u32) -> u64 {
     let model = Model::new();
-    let (publisher, source) = publisher(&model, |c| c.heartbeat_ms = heartbeat_ms);
+    let (publisher, upstream) = publisher(&model, |c| c.heartbeat_ms = heartbeat_ms);
     model.churn(&publisher, 3, 100, 100);
     flush(&publisher);
     let options = FollowOptions {
         quiet_check: Duration::from_secs(2),
         ..quick()
     };
-    let mut follower = Follower::new(vec![source], options).unwrap();
+    let mut follower = Follower::new(vec![upstream], options).unwrap();
     converge(&mut follower, 0, &model, WITHIN);
     let before = publisher.stats().replay_requests;
     let until = std::time::Instant::now() + Duration::from_secs(4);
@@ -413,14 +414,14 @@ fn heartbeats_spare_the_follower_its_info_polls() {
 /// follower drops what it cannot hold, counts it, and takes a second snapshot.
 fn burst_during_the_join(max_buffered_bytes: usize) -> mooncake_kv_events::subscriber::Counters {
     let model = Model::new();
-    let (publisher, source) = publisher(&model, |c| c.replay_buffer_bytes = 64 << 10);
+    let (publisher, upstream) = publisher(&model, |c| c.replay_buffer_bytes = 64 << 10);
     model.churn(&publisher, 1, 20_000, 20_000);
     flush(&publisher);
     let options = FollowOptions {
         max_buffered_bytes,
         ..quick()
     };
-    let mut follower = Follower::new(vec![source], options).unwrap();
+    let mut follower = Follower::new(vec![upstream], options).unwrap();
     let connected = std::time::Instant::now();
     while publisher.stats().subscribers == 0 {
         assert!(connected.elapsed() < WITHIN, "the follower never connected");

@@ -7,7 +7,7 @@ use kv_events_testing as common;
 
 use common::endpoint;
 use mooncake_kv_events::subscriber::Index;
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Source};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Upstream};
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::thread;
@@ -79,7 +79,7 @@ struct Scripted {
     snapshots: Snapshots,
     truth: Index,
     requests: Vec<String>,
-    source: Source,
+    upstream: Upstream,
 }
 
 impl Scripted {
@@ -100,7 +100,7 @@ impl Scripted {
             snapshots: Snapshots::Serve,
             truth: Index::new(),
             requests: Vec::new(),
-            source: Source::new(pub_endpoint, replay_endpoint),
+            upstream: Upstream::new(pub_endpoint, replay_endpoint),
         }
     }
 
@@ -211,7 +211,7 @@ fn options() -> FollowOptions {
 
 /// A follower of `scripted`, whose SUB socket has joined.
 fn follower(scripted: &Scripted) -> Follower {
-    let follower = Follower::new(vec![scripted.source.clone()], options()).unwrap();
+    let follower = Follower::new(vec![scripted.upstream.clone()], options()).unwrap();
     // ZeroMQ's slow joiner: the subscription reaches the PUB socket a moment later.
     thread::sleep(Duration::from_millis(300));
     follower

@@ -6,7 +6,7 @@ use kv_events_testing as common;
 
 use common::{dealer, eventually, raw_subscriber, tcp_endpoint};
 use mooncake_kv_events::wire::{decode_message, field};
-use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher, Snapshot};
 use rmpv::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -30,7 +30,7 @@ impl Master {
         let source = Arc::clone(&master);
         master
             .publisher
-            .set_object_source(move |tenant: Option<&[u8]>, objects: &mut Objects| {
+            .set_object_source(move |tenant: Option<&[u8]>, objects: &mut Snapshot| {
                 source.objects(tenant, objects)
             });
         master
@@ -54,7 +54,7 @@ impl Master {
         }
     }
 
-    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String> {
+    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Snapshot) -> Result<(), String> {
         for shard in &self.shards {
             let copied: Vec<(Object, MediumSet)> = shard
                 .lock()
@@ -396,7 +396,7 @@ fn a_snapshot_without_an_object_source_is_refused_saying_so_and_info_says_it() {
         field(&map, "snapshots").and_then(Value::as_bool)
     };
     assert_eq!(info(&socket), Some(false));
-    publisher.set_object_source(|_: Option<&[u8]>, _: &mut Objects| Ok(()));
+    publisher.set_object_source(|_: Option<&[u8]>, _: &mut Snapshot| Ok(()));
     assert_eq!(info(&socket), Some(true));
     let (events, end) = snapshot(&socket, None).unwrap();
     assert_eq!((events.len(), end["objects"].as_u64()), (0, Some(0)));
@@ -410,7 +410,7 @@ fn a_failing_source_gets_its_requester_an_error_and_one_scope_is_taken_at_a_time
     let publisher = Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap();
     let release = Arc::new(Mutex::new(false));
     let held = Arc::clone(&release);
-    publisher.set_object_source(move |tenant: Option<&[u8]>, _: &mut Objects| {
+    publisher.set_object_source(move |tenant: Option<&[u8]>, _: &mut Snapshot| {
         if tenant == Some(b"broken") {
             return Err("shard 3 is unreachable".into());
         }
@@ -461,7 +461,7 @@ fn requesters_of_one_scope_share_one_snapshot_and_one_that_stops_reading_goes_al
     // MiB) and what a requester's connection holds, so that one that stops reading holds
     // the others back until it is given up.
     const OBJECTS: u64 = 100_000;
-    publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Objects| {
+    publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Snapshot| {
         *count.lock().unwrap() += 1;
         let started = Instant::now();
         while !*open.lock().unwrap() && started.elapsed() < Duration::from_secs(20) {
@@ -523,7 +523,7 @@ fn a_requester_that_never_reads_is_abandoned_and_the_source_told_to_stop() {
     let publisher = Publisher::create(&config(&pub_endpoint, &replay_endpoint)).unwrap();
     let told = Arc::new(Mutex::new(None));
     let seen = Arc::clone(&told);
-    publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Objects| {
+    publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Snapshot| {
         let both = MediumSet::from([Medium::Cpu, Medium::Disk]);
         for i in 0..10_000_000u64 {
             let key = format!("a-rather-long-object-key-to-fill-the-queues-{i:020}");
@@ -545,7 +545,7 @@ fn a_requester_that_never_reads_is_abandoned_and_the_source_told_to_stop() {
     assert!(added < 1_000_000, "stopped after {added} objects");
     assert_eq!(publisher.stats().snapshots_served, 0);
     // Another requester is served at once.
-    publisher.set_object_source(|_: Option<&[u8]>, _: &mut Objects| Ok(()));
+    publisher.set_object_source(|_: Option<&[u8]>, _: &mut Snapshot| Ok(()));
     assert!(snapshot(&dealer(&replay_endpoint), None).is_ok());
 }
 

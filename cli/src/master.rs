@@ -2,7 +2,7 @@
 //! every call gets the media sets the master would capture before and after its mutation,
 //! and a workload that makes each call of the calls' table (docs/spec.md section 3) the way the master does.
 
-use mooncake_kv_events::{Medium, MediumSet, Objects, Publisher, ReplicaKind};
+use mooncake_kv_events::{Medium, MediumSet, Publisher, ReplicaKind, Snapshot};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -78,7 +78,7 @@ impl<'p> Master<'p> {
     fn new(publisher: &'p Publisher, calls_per_second: Option<f64>) -> Master<'p> {
         let objects = Metadata::default();
         let source = Arc::clone(&objects);
-        publisher.set_object_source(move |_: Option<&[u8]>, out: &mut Objects| {
+        publisher.set_object_source(move |_: Option<&[u8]>, out: &mut Snapshot| {
             // A real master copies one shard at a time; the demo's metadata is one shard.
             let copied: Vec<_> = lock(&source)
                 .iter()

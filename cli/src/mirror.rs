@@ -8,7 +8,7 @@ use crate::view::RCVHWM;
 use mooncake_kv_events::keys;
 use mooncake_kv_events::subscriber::{connect_form, json_bytes, Index};
 use mooncake_kv_events::subscriber::{CurveClient, Reach, Subscriber, SubscriberOptions};
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Source};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Upstream};
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
@@ -48,7 +48,7 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     if own_keys.is_some() {
         keys::curve_available()?;
     }
-    let mut sources = Vec::with_capacity(args.endpoints.len());
+    let mut upstreams = Vec::with_capacity(args.endpoints.len());
     for (i, (endpoint, replay)) in args
         .endpoints
         .iter()
@@ -67,25 +67,25 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
                 keys: pair.clone(),
             }),
         };
-        sources.push(Source {
+        upstreams.push(Upstream {
             endpoint: connect_form(endpoint),
             replay_endpoint: connect_form(replay),
             curve,
             topic: args.topic.as_bytes().to_vec(),
         });
     }
-    let names: Vec<String> = sources.iter().map(|s| s.endpoint.clone()).collect();
-    let mut probes: Vec<Probe> = sources.iter().map(Probe::open).collect();
+    let names: Vec<String> = upstreams.iter().map(|s| s.endpoint.clone()).collect();
+    let mut probes: Vec<Probe> = upstreams.iter().map(Probe::open).collect();
     let options = FollowOptions {
         rcvhwm: RCVHWM,
         max_message_bytes: args.max_message_bytes,
         ..FollowOptions::default()
     };
-    let described: Vec<String> = sources
+    let described: Vec<String> = upstreams
         .iter()
         .map(|s| format!("{} (replay {})", s.endpoint, s.replay_endpoint))
         .collect();
-    let mut follower = Follower::new(sources, options)?;
+    let mut follower = Follower::new(upstreams, options)?;
     catch_signals();
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "kv-events: mirroring {}", described.join(", "));
@@ -175,17 +175,17 @@ struct Probe {
 }
 
 impl Probe {
-    fn open(source: &Source) -> Probe {
+    fn open(upstream: &Upstream) -> Probe {
         let options = SubscriberOptions {
             rcvhwm: 1,
-            curve: source.curve.clone(),
-            topic: source.topic.clone(),
+            curve: upstream.curve.clone(),
+            topic: upstream.topic.clone(),
             ..SubscriberOptions::default()
         };
         Probe {
-            endpoint: source.endpoint.clone(),
+            endpoint: upstream.endpoint.clone(),
             // A probe that cannot open leaves the summary as it was.
-            subscriber: Subscriber::open(&source.endpoint, &options).ok(),
+            subscriber: Subscriber::open(&upstream.endpoint, &options).ok(),
             why: None,
         }
     }
@@ -240,7 +240,7 @@ fn chosen(follower: &Follower, union: bool) -> (Option<usize>, Index, bool) {
         return (None, follower.union(), follower.in_sync());
     }
     let which = follower.freshest().or_else(|| {
-        (0..follower.sources())
+        (0..follower.upstreams())
             .filter(|&i| follower.status(i).sequence.is_some())
             .max_by_key(|&i| follower.status(i).last_heard)
     });
@@ -337,12 +337,12 @@ fn write_lines(file: fs::File, index: &Index) -> io::Result<fs::File> {
 /// [`MALFORMED_SAID`] per publisher.
 fn say(err: &mut impl Write, notice: &Notice, names: &[String], said: &mut [u32]) {
     let from = if names.len() > 1 {
-        format!("{}: ", names[notice.source])
+        format!("{}: ", names[notice.upstream])
     } else {
         String::new()
     };
     if matches!(notice.event, Happened::Malformed(_) | Happened::Skipped(_)) {
-        let count = &mut said[notice.source];
+        let count = &mut said[notice.upstream];
         *count += 1;
         if *count > MALFORMED_SAID {
             return;
@@ -408,7 +408,7 @@ fn summary(follower: &Follower, names: &[String], probes: &[Probe], elapsed: Dur
                 );
             }
         }
-        let c = follower.source_counters(i);
+        let c = follower.upstream_counters(i);
         text += &format!(
             "  gaps {}, replays {}, snapshots {}, new incarnations {}, malformed {}, skipped \
              events {}, failed requests {}, last time to converge {}\n",

@@ -15,7 +15,7 @@
 use kv_events_testing as common;
 
 use common::TempDir;
-use mooncake_kv_events::{Config, Medium, MediumSet, Objects, Publisher};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher, Snapshot};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -585,7 +585,7 @@ impl Master {
         let publisher = Publisher::create(config).expect("the publisher binds");
         let held = Held::default();
         let source = Arc::clone(&held);
-        publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Objects| {
+        publisher.set_object_source(move |_: Option<&[u8]>, objects: &mut Snapshot| {
             let copied: Vec<_> = source
                 .lock()
                 .unwrap()

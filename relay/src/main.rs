@@ -18,7 +18,7 @@ mod status;
 use clap::Parser;
 use mooncake_kv_events::keys;
 use mooncake_kv_events::subscriber::{
-    connect_form, CurveClient, FollowOptions, Follower, ReplayClient, Source, SubscriberOptions,
+    connect_form, CurveClient, FollowOptions, Follower, ReplayClient, SubscriberOptions, Upstream,
 };
 use raw::Raw;
 use relay::Relay;
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
 }
 
 /// The publishers to follow, with their CURVE keys.
-fn sources(args: &args::Args) -> Result<Vec<Source>, String> {
+fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, String> {
     let own_keys = match &args.curve_secret_key {
         Some(path) => {
             keys::curve_available()?;
@@ -74,7 +74,7 @@ fn sources(args: &args::Args) -> Result<Vec<Source>, String> {
         }
         None => None,
     };
-    let mut sources = Vec::with_capacity(args.endpoints.len());
+    let mut upstreams = Vec::with_capacity(args.endpoints.len());
     for (i, (endpoint, replay)) in args
         .endpoints
         .iter()
@@ -95,23 +95,23 @@ fn sources(args: &args::Args) -> Result<Vec<Source>, String> {
             }
             None => None,
         };
-        sources.push(Source {
+        upstreams.push(Upstream {
             endpoint: connect_form(endpoint),
             replay_endpoint: connect_form(replay),
             curve,
             topic: args.topic.as_bytes().to_vec(),
         });
     }
-    Ok(sources)
+    Ok(upstreams)
 }
 
 /// The backend id of the first publisher that answers `info`: the subject and the keys are
 /// named after it. Waits for one (a master not up yet), until a signal.
-fn backend_id(sources: &[Source]) -> Result<String, String> {
-    let mut clients = Vec::with_capacity(sources.len());
-    for source in sources {
-        let client = ReplayClient::connect(&source.replay_endpoint, source.curve.clone())
-            .map_err(|e| format!("cannot connect to {}: {e}", source.replay_endpoint))?;
+fn backend_id(upstreams: &[Upstream]) -> Result<String, String> {
+    let mut clients = Vec::with_capacity(upstreams.len());
+    for upstream in upstreams {
+        let client = ReplayClient::connect(&upstream.replay_endpoint, upstream.curve.clone())
+            .map_err(|e| format!("cannot connect to {}: {e}", upstream.replay_endpoint))?;
         clients.push(client);
     }
     let mut said = false;
@@ -132,9 +132,9 @@ fn backend_id(sources: &[Source]) -> Result<String, String> {
 /// Runs the relay until `--duration`, Ctrl-C or SIGTERM.
 fn run(args: &args::Args) -> Result<(), String> {
     catch_signals();
-    let sources = sources(args)?;
-    let names: Vec<String> = sources.iter().map(|s| s.endpoint.clone()).collect();
-    let backend = backend_id(&sources)?;
+    let upstreams = upstreams(args)?;
+    let names: Vec<String> = upstreams.iter().map(|s| s.endpoint.clone()).collect();
+    let backend = backend_id(&upstreams)?;
     let nats = nats::Nats::connect(
         &args.nats,
         nats::Names {
@@ -142,21 +142,21 @@ fn run(args: &args::Args) -> Result<(), String> {
             bucket: args.bucket.clone(),
         },
     )?;
-    let mut raws = Vec::with_capacity(sources.len());
-    for source in &sources {
+    let mut raws = Vec::with_capacity(upstreams.len());
+    for upstream in &upstreams {
         let options = SubscriberOptions {
             rcvhwm: RCVHWM,
-            curve: source.curve.clone(),
-            topic: source.topic.clone(),
+            curve: upstream.curve.clone(),
+            topic: upstream.topic.clone(),
             ..SubscriberOptions::default()
         };
-        raws.push(Raw::open(&source.endpoint, &options)?);
+        raws.push(Raw::open(&upstream.endpoint, &options)?);
     }
     let options = FollowOptions {
         rcvhwm: RCVHWM,
         ..FollowOptions::default()
     };
-    let follower = Follower::new(sources, options)?;
+    let follower = Follower::new(upstreams, options)?;
     let mut relay = Relay::start(follower, raws, nats, backend.clone())?;
     eprintln!(
         "kv-events relay: relaying backend {backend} from {} into NATS {} (stream {}, \
@@ -183,7 +183,7 @@ fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), 
             let _ = writeln!(
                 err,
                 "kv-events relay: {}: {}",
-                names[notice.source], notice.event
+                names[notice.upstream], notice.event
             );
         }
         match outcome {

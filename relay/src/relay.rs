@@ -161,7 +161,7 @@ impl Relay {
 
     /// The publisher to write from: the one followed so far while it is in sync and heard
     /// from lately, else the follower's freshest.
-    fn source(&mut self) -> Option<usize> {
+    fn upstream(&mut self) -> Option<usize> {
         let fresh = |i: usize| {
             let status = self.follower.status(i);
             status.in_sync && status.last_heard.is_some_and(|t| t.elapsed() < STICKY)
@@ -175,7 +175,7 @@ impl Relay {
 
     /// Writes what the log lacks of the followed publisher's state.
     fn write(&mut self) -> Result<(), String> {
-        let Some(i) = self.source() else {
+        let Some(i) = self.upstream() else {
             return Ok(());
         };
         let status = self.follower.status(i);

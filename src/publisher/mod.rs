@@ -372,7 +372,7 @@ impl Publisher {
     pub fn stats(&self) -> Stats {
         match &self.enabled {
             None => Stats::default(),
-            Some(e) => e.shared.counters.snapshot(
+            Some(e) => e.shared.counters.stats(
                 e.shared.queue.len(),
                 e.shared.queue.capacity(),
                 e.incarnation,

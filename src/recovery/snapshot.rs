@@ -4,7 +4,7 @@
 //! that enumerates what it holds. A snapshot runs on a thread of its own,
 //! `kv-events-snapshot` (never a master thread, never the publishing thread), one at a time
 //! per publisher, for every requester of its scope (`fanout`). The source adds objects to
-//! [`Objects`], which writes them as the stream would (`stored` events, one per medium, an
+//! [`Snapshot`], which writes them as the stream would (`stored` events, one per medium, an
 //! object's events in one message of at most 64, alone when its strings are not UTF-8, the
 //! configured context and legacy fields) and hands each message to the replay thread through
 //! a bounded channel. No fixed pace: it goes as fast as its requesters read (the channel and
@@ -56,20 +56,20 @@ const AHEAD: usize = 256;
 /// The changes the master announces must be made under the locks the source copies under,
 /// so that each object is seen either before or after a change, not in the middle.
 ///
-/// [`add`]: Objects::add
+/// [`add`]: Snapshot::add
 pub trait ObjectSource: Send + Sync {
     /// Adds every object readable now, of `tenant` only when given (its `tenant_id` as on
     /// the wire; objects of other tenants are left out by the library anyway). Stops when
-    /// [`Objects::add`] says the snapshot was abandoned. An error is sent to the requester.
-    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String>;
+    /// [`Snapshot::add`] says the snapshot was abandoned. An error is sent to the requester.
+    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), String>;
 }
 
 impl<F> ObjectSource for F
 where
-    F: Fn(Option<&[u8]>, &mut Objects) -> Result<(), String> + Send + Sync,
+    F: Fn(Option<&[u8]>, &mut Snapshot) -> Result<(), String> + Send + Sync,
 {
-    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Objects) -> Result<(), String> {
-        self(tenant, objects)
+    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), String> {
+        self(tenant, snapshot)
     }
 }
 
@@ -97,7 +97,7 @@ pub(crate) enum Piece {
     Failed(Arc<[u8]>),
 }
 
-/// One `stored` event waiting for its message; its strings are in [`Objects::bytes`].
+/// One `stored` event waiting for its message; its strings are in [`Snapshot::bytes`].
 #[derive(Debug)]
 struct Pending {
     medium: Medium,
@@ -107,7 +107,7 @@ struct Pending {
 }
 
 /// The objects of one snapshot under way, as the source adds them.
-pub struct Objects {
+pub struct Snapshot {
     scope: Option<Vec<u8>>,
     emit_object_key: bool,
     encoder: Encoder,
@@ -120,9 +120,9 @@ pub struct Objects {
     abandoned: bool,
 }
 
-impl std::fmt::Debug for Objects {
+impl std::fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Objects")
+        f.debug_struct("Snapshot")
             .field("scope", &self.scope)
             .field("objects", &self.objects)
             .field("events", &self.events)
@@ -130,7 +130,7 @@ impl std::fmt::Debug for Objects {
     }
 }
 
-impl Objects {
+impl Snapshot {
     /// Adds one readable object: a `stored` event for each medium of `media`. An empty key
     /// is left out, as on the stream. `Err(Abandoned)` once the snapshot was given up.
     pub fn add(
@@ -261,7 +261,7 @@ fn run(
     out: SyncSender<Piece>,
 ) {
     let sequence = (context.sequence_now)();
-    let mut objects = Objects {
+    let mut snapshot = Snapshot {
         scope: scope.clone(),
         emit_object_key: context.config.emit_object_key,
         encoder: Encoder::new(&context.config),
@@ -276,24 +276,24 @@ fn run(
     // The master's empty tenant goes on the wire as "default", so a snapshot of "default"
     // asks the source for everything and keeps what the wire would call "default".
     let hint = scope.as_deref().filter(|s| *s != DEFAULT_TENANT);
-    let enumerated = catch_unwind(AssertUnwindSafe(|| source.objects(hint, &mut objects)));
+    let enumerated = catch_unwind(AssertUnwindSafe(|| source.objects(hint, &mut snapshot)));
     let last = match enumerated {
-        Ok(Ok(())) => match objects.send_pending() {
+        Ok(Ok(())) => match snapshot.send_pending() {
             Ok(()) => Piece::End(
                 SnapshotEnd {
                     sequence,
-                    objects: objects.objects,
-                    events: objects.events,
+                    objects: snapshot.objects,
+                    events: snapshot.events,
                     incarnation: context.incarnation,
                     tenant: scope,
                 }
                 .encode()
                 .into(),
-                objects.objects,
+                snapshot.objects,
             ),
             Err(Abandoned) => return,
         },
-        Ok(Err(_)) if objects.abandoned => return,
+        Ok(Err(_)) if snapshot.abandoned => return,
         Ok(Err(why)) => Piece::Failed(format!("the object source failed: {why}").as_bytes().into()),
         Err(_) => Piece::Failed(Arc::from(&b"the object source panicked"[..])),
     };

@@ -18,7 +18,7 @@ mod watch;
 
 pub use crate::wire::{Change, Field, Info};
 pub use catchup::{Catchup, ReplayClient};
-pub use follow::{Counters, FollowOptions, Follower, Happened, Notice, Source, Status};
+pub use follow::{Counters, FollowOptions, Follower, Happened, Notice, Status, Upstream};
 pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
 pub use watch::{
     connect_form, Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,

@@ -4,7 +4,7 @@
 
 use mooncake_kv_events::subscriber::Index;
 use mooncake_kv_events::subscriber::{Follower, Notice};
-use mooncake_kv_events::{Config, MediumSet, Objects, Publisher};
+use mooncake_kv_events::{Config, MediumSet, Publisher, Snapshot};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,7 +27,7 @@ impl Model {
     /// Registers this model as `publisher`'s object source.
     pub fn serve(&self, publisher: &Publisher) {
         let objects = Arc::clone(&self.objects);
-        publisher.set_object_source(move |tenant: Option<&[u8]>, out: &mut Objects| {
+        publisher.set_object_source(move |tenant: Option<&[u8]>, out: &mut Snapshot| {
             let copied: Vec<(Object, MediumSet)> = objects
                 .lock()
                 .unwrap()
@@ -124,12 +124,12 @@ pub fn config(endpoint: &str, replay_endpoint: &str) -> Config {
     }
 }
 
-/// Polls `follower` until publisher `source`'s index is in sync and equal to `model`'s
+/// Polls `follower` until publisher `upstream`'s index is in sync and equal to `model`'s
 /// truth, and stays so for a moment; panics, with what happened, if it does not within
 /// `within`. Returns the notices seen and how long it took.
 pub fn converge(
     follower: &mut Follower,
-    source: usize,
+    upstream: usize,
     model: &Model,
     within: Duration,
 ) -> (Vec<Notice>, Duration) {
@@ -138,20 +138,20 @@ pub fn converge(
     let deadline = started + within;
     loop {
         notices.extend(follower.poll(Duration::from_millis(20)));
-        if follower.status(source).in_sync && *follower.index(source) == model.truth() {
+        if follower.status(upstream).in_sync && *follower.index(upstream) == model.truth() {
             let took = started.elapsed();
             // Still so once whatever was in flight arrived.
             let settle = Instant::now() + Duration::from_millis(300);
             while Instant::now() < settle {
                 notices.extend(follower.poll(Duration::from_millis(20)));
             }
-            if *follower.index(source) == model.truth() {
+            if *follower.index(upstream) == model.truth() {
                 return (notices, took);
             }
         }
         if Instant::now() >= deadline {
             let truth = model.truth();
-            let index = follower.index(source);
+            let index = follower.index(upstream);
             let missing: Vec<_> = truth
                 .iter()
                 .filter(|(t, k, m)| index.get(t, k) != *m)
@@ -178,13 +178,13 @@ pub fn converge(
                 })
                 .collect();
             panic!(
-                "publisher {source} did not converge within {within:?}: {} objects held, {} \
+                "publisher {upstream} did not converge within {within:?}: {} objects held, {} \
                  true; wrong: {missing:?}; extra: {extra:?}\nstatus: {:?}\ncounters: {:?}\n\
                  notices: {:#?}",
                 index.objects(),
                 truth.objects(),
-                follower.status(source),
-                follower.source_counters(source),
+                follower.status(upstream),
+                follower.upstream_counters(upstream),
                 notices.iter().rev().take(30).collect::<Vec<_>>()
             );
         }

@@ -8,7 +8,7 @@
 //! ```
 
 use mooncake_kv_events::keys;
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Source};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Upstream};
 use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -28,11 +28,11 @@ fn main() -> ExitCode {
         Ok(()) => eprintln!("CURVE available"),
         Err(reason) => eprintln!("CURVE not available: {reason}"),
     }
-    let sources = endpoints
+    let upstreams = endpoints
         .chunks(2)
-        .map(|pair| Source::new(pair[0].as_str(), pair[1].as_str()))
+        .map(|pair| Upstream::new(pair[0].as_str(), pair[1].as_str()))
         .collect();
-    let mut follower = match Follower::new(sources, FollowOptions::default()) {
+    let mut follower = match Follower::new(upstreams, FollowOptions::default()) {
         Ok(follower) => follower,
         Err(error) => {
             eprintln!("rust-follower: {error}");
@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         for notice in follower.poll(left.min(Duration::from_millis(100))) {
-            eprintln!("publisher {}: {}", notice.source, notice.event);
+            eprintln!("publisher {}: {}", notice.upstream, notice.event);
         }
     }
     let Some(leader) = follower.freshest() else {

@@ -2,7 +2,7 @@
 //! in sync (what to ask the replay socket, what the answers mean).
 
 use super::notice::{Counters, Happened, Status};
-use super::{FollowOptions, Source};
+use super::{FollowOptions, Upstream};
 use crate::subscriber::index::{json_bytes, Index};
 use crate::subscriber::watch::{Subscriber, SubscriberOptions, WatchError};
 use crate::wire::replay::verb;
@@ -43,7 +43,7 @@ enum Purpose {
 
 /// One publisher followed.
 pub(super) struct Followed {
-    source: Source,
+    upstream: Upstream,
     context: zmq::Context,
     subscriber: Subscriber,
     dealer: zmq::Socket,
@@ -82,7 +82,7 @@ pub(super) struct Followed {
 impl fmt::Debug for Followed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Followed")
-            .field("endpoint", &self.source.endpoint)
+            .field("endpoint", &self.upstream.endpoint)
             .field("applied", &self.applied)
             .field("objects", &self.index.objects())
             .finish_non_exhaustive()
@@ -90,26 +90,26 @@ impl fmt::Debug for Followed {
 }
 
 impl Followed {
-    /// Subscribes to `source` and connects its replay socket; the first snapshot is due.
+    /// Subscribes to `upstream` and connects its replay socket; the first snapshot is due.
     pub(super) fn open(
-        source: Source,
+        upstream: Upstream,
         options: &FollowOptions,
         now: Instant,
     ) -> Result<Followed, String> {
         let subscriber = Subscriber::open(
-            &source.endpoint,
+            &upstream.endpoint,
             &SubscriberOptions {
                 rcvhwm: options.rcvhwm,
-                curve: source.curve.clone(),
+                curve: upstream.curve.clone(),
                 max_message_bytes: options.max_message_bytes,
-                topic: source.topic.clone(),
+                topic: upstream.topic.clone(),
             },
         )
-        .map_err(|e| format!("cannot subscribe to {}: {e}", source.endpoint))?;
+        .map_err(|e| format!("cannot subscribe to {}: {e}", upstream.endpoint))?;
         let context = zmq::Context::new();
-        let dealer = open_dealer(&context, &source, options)?;
+        let dealer = open_dealer(&context, &upstream, options)?;
         Ok(Followed {
-            source,
+            upstream,
             context,
             subscriber,
             dealer,
@@ -139,7 +139,7 @@ impl Followed {
     /// Where this publisher's index stands.
     pub(super) fn status(&self) -> Status {
         Status {
-            endpoint: self.source.endpoint.clone(),
+            endpoint: self.upstream.endpoint.clone(),
             incarnation: self.incarnation,
             sequence: self.applied,
             in_sync: self.in_sync(),
@@ -159,16 +159,16 @@ impl Followed {
 
 fn open_dealer(
     context: &zmq::Context,
-    source: &Source,
+    upstream: &Upstream,
     options: &FollowOptions,
 ) -> Result<zmq::Socket, String> {
-    let failed = |e: zmq::Error| format!("cannot connect to {}: {e}", source.replay_endpoint);
+    let failed = |e: zmq::Error| format!("cannot connect to {}: {e}", upstream.replay_endpoint);
     let socket = context.socket(zmq::DEALER).map_err(failed)?;
     socket.set_linger(0).map_err(failed)?;
     socket
         .set_maxmsgsize(i64::try_from(options.max_message_bytes).unwrap_or(i64::MAX))
         .map_err(failed)?;
-    if let Some(curve) = &source.curve {
+    if let Some(curve) = &upstream.curve {
         socket
             .set_curve_serverkey(&curve.server_key.0)
             .map_err(failed)?;
@@ -179,7 +179,7 @@ fn open_dealer(
             .set_curve_secretkey(&curve.keys.secret.0)
             .map_err(failed)?;
     }
-    socket.connect(&source.replay_endpoint).map_err(failed)?;
+    socket.connect(&upstream.replay_endpoint).map_err(failed)?;
     Ok(socket)
 }
 
@@ -212,7 +212,7 @@ impl Followed {
                     break;
                 }
                 Err(e) => {
-                    let why = format!("reading {}: {e}", self.source.endpoint);
+                    let why = format!("reading {}: {e}", self.upstream.endpoint);
                     if self.failing.as_ref() != Some(&why) {
                         notice(Happened::Failed(why.clone()));
                         self.failing = Some(why);
@@ -285,7 +285,7 @@ impl Followed {
     /// can be taken for the next request's.
     fn cancel(&mut self, options: &FollowOptions) {
         if self.asking.take().is_some() {
-            if let Ok(fresh) = open_dealer(&self.context, &self.source, options) {
+            if let Ok(fresh) = open_dealer(&self.context, &self.upstream, options) {
                 self.dealer = fresh;
             }
         }
@@ -353,7 +353,7 @@ impl Followed {
             self.fail(
                 format!(
                     "{what} to {} got no answer within {} s",
-                    self.source.replay_endpoint,
+                    self.upstream.replay_endpoint,
                     options.request_timeout.as_secs_f64()
                 ),
                 options,
@@ -434,7 +434,7 @@ impl Followed {
                 self.asked_at = Instant::now();
             }
             Err(e) => self.fail(
-                format!("cannot ask {}: {e}", self.source.replay_endpoint),
+                format!("cannot ask {}: {e}", self.upstream.replay_endpoint),
                 options,
                 notice,
             ),
@@ -462,7 +462,7 @@ impl Followed {
         let now = Instant::now();
         self.last_heard = Some(now);
         self.asked_at = now;
-        let endpoint = self.source.replay_endpoint.clone();
+        let endpoint = self.upstream.replay_endpoint.clone();
         let shape = |frames: &[Vec<u8>]| {
             format!(
                 "{endpoint} sent a reply of {} frames that is not the protocol's",
@@ -722,7 +722,7 @@ impl Followed {
                 self.counters.malformed += 1;
                 self.snapshot_due = true;
                 self.fail(
-                    format!("a snapshot from {}: {why}", self.source.replay_endpoint),
+                    format!("a snapshot from {}: {why}", self.upstream.replay_endpoint),
                     options,
                     notice,
                 );

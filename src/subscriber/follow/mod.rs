@@ -45,7 +45,7 @@ const TICK: Duration = Duration::from_millis(20);
 /// One publisher to follow: its PUB endpoint, its replay endpoint, and the subscriber's CURVE
 /// keys when it speaks CURVE (used on both sockets).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Source {
+pub struct Upstream {
     /// The PUB endpoint, e.g. `tcp://master-0:5557`.
     pub endpoint: String,
     /// The replay endpoint, e.g. `tcp://master-0:5558`.
@@ -56,10 +56,10 @@ pub struct Source {
     pub topic: Vec<u8>,
 }
 
-impl Source {
-    /// A plain source.
-    pub fn new(endpoint: impl Into<String>, replay_endpoint: impl Into<String>) -> Source {
-        Source {
+impl Upstream {
+    /// A plain upstream.
+    pub fn new(endpoint: impl Into<String>, replay_endpoint: impl Into<String>) -> Upstream {
+        Upstream {
             endpoint: endpoint.into(),
             replay_endpoint: replay_endpoint.into(),
             curve: None,
@@ -118,14 +118,14 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Subscribes to every source (ZeroMQ connects in the background: a publisher not up
+    /// Subscribes to every upstream (ZeroMQ connects in the background: a publisher not up
     /// yet is followed once it is). The first [`Follower::poll`] asks for the snapshots.
     /// The error names the endpoint that cannot be used.
-    pub fn new(sources: Vec<Source>, options: FollowOptions) -> Result<Follower, String> {
+    pub fn new(upstreams: Vec<Upstream>, options: FollowOptions) -> Result<Follower, String> {
         let now = Instant::now();
-        let followed = sources
+        let followed = upstreams
             .into_iter()
-            .map(|source| Followed::open(source, &options, now))
+            .map(|upstream| Followed::open(upstream, &options, now))
             .collect::<Result<_, _>>()?;
         Ok(Follower { followed, options })
     }
@@ -137,8 +137,8 @@ impl Follower {
         let deadline = Instant::now() + timeout;
         let mut notices = Vec::new();
         loop {
-            for (source, followed) in self.followed.iter_mut().enumerate() {
-                let mut notice = |event| notices.push(Notice { source, event });
+            for (upstream, followed) in self.followed.iter_mut().enumerate() {
+                let mut notice = |event| notices.push(Notice { upstream, event });
                 followed.read(&self.options, &mut notice);
                 followed.act(&self.options, &mut notice);
             }
@@ -161,16 +161,16 @@ impl Follower {
     }
 
     /// How many publishers are followed.
-    pub fn sources(&self) -> usize {
+    pub fn upstreams(&self) -> usize {
         self.followed.len()
     }
 
-    /// Publisher `source`'s index: what its master holds, as far as the follower knows.
-    /// Panics if there is no such source.
+    /// Publisher `upstream`'s index: what its master holds, as far as the follower knows.
+    /// Panics if there is no such upstream.
     // The name says what it returns; `follower[i]` would not.
     #[allow(clippy::should_implement_trait)]
-    pub fn index(&self, source: usize) -> &Index {
-        &self.followed[source].index
+    pub fn index(&self, upstream: usize) -> &Index {
+        &self.followed[upstream].index
     }
 
     /// Every publisher's index merged: an object is readable on the media any of them
@@ -190,9 +190,9 @@ impl Follower {
             .max_by_key(|&i| self.followed[i].last_heard)
     }
 
-    /// Where publisher `source`'s index stands. Panics if there is no such source.
-    pub fn status(&self, source: usize) -> Status {
-        self.followed[source].status()
+    /// Where publisher `upstream`'s index stands. Panics if there is no such upstream.
+    pub fn status(&self, upstream: usize) -> Status {
+        self.followed[upstream].status()
     }
 
     /// Whether every publisher's index is in sync.
@@ -200,9 +200,9 @@ impl Follower {
         self.followed.iter().all(Followed::in_sync)
     }
 
-    /// Publisher `source`'s counters. Panics if there is no such source.
-    pub fn source_counters(&self, source: usize) -> &Counters {
-        &self.followed[source].counters
+    /// Publisher `upstream`'s counters. Panics if there is no such upstream.
+    pub fn upstream_counters(&self, upstream: usize) -> &Counters {
+        &self.followed[upstream].counters
     }
 
     /// The counters of every publisher added up; `last_convergence` is the longest of the

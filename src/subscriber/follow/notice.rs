@@ -72,12 +72,12 @@ impl Counters {
     }
 }
 
-/// Something that happened to the index of publisher number `source` (its place in the
+/// Something that happened to the index of publisher number `upstream` (its place in the
 /// list given to [`Follower::new`](super::Follower::new)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Notice {
     /// Which publisher.
-    pub source: usize,
+    pub upstream: usize,
     /// What happened.
     pub event: Happened,
 }
