@@ -79,8 +79,9 @@ impl FullQueue {
     /// `capacity` calls of `on_put_commit(tenant, key, group, {cpu})`.
     pub fn new(capacity: usize, tenant: &[u8], key: &[u8], group: &[u8]) -> FullQueue {
         use crate::media::MediumSet;
-        use crate::publisher::queue::{EventQueue, Record};
+        use crate::publisher::queue::EventQueue;
         use crate::publisher::record::ObjectEvents;
+        use crate::publisher::record::Record;
         let queue = EventQueue::new(capacity);
         let strings = crate::publisher::pool::StringPool::for_queue(capacity);
         let cpu = MediumSet::from([Medium::Cpu]);

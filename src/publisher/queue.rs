@@ -1,44 +1,11 @@
 //! The bounded queue between the master's threads and the publishing thread.
 
-use super::pool::StringPool;
-use super::record::{ClearedEvent, ObjectEvents};
+use super::record::Record;
 use crossbeam_queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
-use std::sync::mpsc::SyncSender;
 use std::sync::OnceLock;
 use std::thread::{self, Thread};
 use std::time::Duration;
-
-/// One queued call, or a marker the publishing thread acts on in stream order.
-#[derive(Debug)]
-pub(crate) enum Record {
-    /// The events of one `on_put_commit` or `on_medium_delta`.
-    Object(ObjectEvents),
-    /// The `cleared` of one `on_remove_all`, to be confirmed against its scan.
-    Cleared(ClearedEvent),
-    /// `begin_remove_all` took scan number `n` here.
-    ScanBegin(u64),
-    /// `flush` waits until everything before this marker is sent.
-    Flush(SyncSender<()>),
-}
-
-impl Record {
-    /// The events this record carries; markers carry none.
-    pub(crate) fn event_count(&self) -> usize {
-        match self {
-            Record::Object(o) => o.len(),
-            Record::Cleared(_) => 1,
-            Record::ScanBegin(_) | Record::Flush(_) => 0,
-        }
-    }
-
-    /// Done with: gives a call's string block back to `pool`.
-    pub(crate) fn recycle(self, pool: &StringPool) {
-        if let Record::Object(object) = self {
-            object.recycle(pool);
-        }
-    }
-}
 
 /// A lock-free bounded queue of [`Record`]s that drops its oldest record when full, and wakes
 /// the publishing thread only when that thread is asleep.
@@ -148,6 +115,8 @@ impl EventQueue {
 pub(super) mod tests {
     use super::*;
     use crate::media::MediumSet;
+    use crate::publisher::pool::StringPool;
+    use crate::publisher::record::ObjectEvents;
     use std::sync::Arc;
 
     /// A record of one object's call with `media` events (1: cpu; 2: cpu and disk).

@@ -1,9 +1,42 @@
-//! A call's events as queued: the `removed` and `stored` of one object, or one `cleared`,
-//! each one record, with its strings carried where the calling thread need not allocate.
+//! A call as queued: a [`Record`], holding the `removed` and `stored` of one object or one
+//! `cleared`, with its strings carried where the calling thread need not allocate, or a
+//! marker the publishing thread acts on in stream order.
 
 use super::pool::{Block, StringPool, BLOCK_BYTES};
 use crate::event::{Event, EventKind};
 use crate::media::MediumSet;
+use std::sync::mpsc::SyncSender;
+
+/// One queued call, or a marker the publishing thread acts on in stream order.
+#[derive(Debug)]
+pub(crate) enum Record {
+    /// The events of one `on_put_commit` or `on_medium_delta`.
+    Object(ObjectEvents),
+    /// The `cleared` of one `on_remove_all`, to be confirmed against its scan.
+    Cleared(ClearedEvent),
+    /// `begin_remove_all` took scan number `n` here.
+    ScanBegin(u64),
+    /// `flush` waits until everything before this marker is sent.
+    Flush(SyncSender<()>),
+}
+
+impl Record {
+    /// The events this record carries; markers carry none.
+    pub(crate) fn event_count(&self) -> usize {
+        match self {
+            Record::Object(o) => o.len(),
+            Record::Cleared(_) => 1,
+            Record::ScanBegin(_) | Record::Flush(_) => 0,
+        }
+    }
+
+    /// Done with: gives a call's string block back to `pool`.
+    pub(crate) fn recycle(self, pool: &StringPool) {
+        if let Record::Object(object) = self {
+            object.recycle(pool);
+        }
+    }
+}
 
 /// The `removed` and `stored` events of one call about one object, queued as one record so
 /// that no other call's events can come between them.

@@ -4,7 +4,8 @@
 //! counted.
 
 use super::pool::StringPool;
-use super::queue::{EventQueue, Record};
+use super::queue::EventQueue;
+use super::record::Record;
 use crate::stats::Counters;
 use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
