@@ -48,6 +48,8 @@ mod stats;
 #[cfg(feature = "subscriber")]
 pub mod subscriber;
 #[cfg(feature = "publisher")]
+mod threads;
+#[cfg(feature = "publisher")]
 mod transport;
 /// The subscriber side needs only libzmq's monitor events of the publisher's transport.
 #[cfg(all(feature = "subscriber", not(feature = "publisher")))]

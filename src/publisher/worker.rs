@@ -8,7 +8,7 @@
 //! it for as long as the peer stays). Such a subscription is counted; a peer that keeps
 //! sending them is cut off ([`Refusals`]).
 
-use super::queue::Record;
+use super::record::Record;
 use super::scan::ScanLog;
 use super::shared::Shared;
 use crate::error::CreateError;
@@ -16,13 +16,14 @@ use crate::event::Event;
 use crate::log::{log, Level, RateLimited};
 use crate::recovery::replay::Ring;
 use crate::stats::Counters;
+use crate::threads;
 use crate::transport::connections::Listeners;
 use crate::wire::encode::{needs_own_message, Encoder, MAX_BATCH_EVENTS};
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the thread naps between looks at the queue while calls keep coming: the longest
@@ -118,14 +119,7 @@ impl Worker {
             payload: Vec::with_capacity(64 * 1024),
             send_failures: RateLimited::new(Duration::from_secs(10)),
         };
-        let name = "kv-events-pub";
-        thread::Builder::new()
-            .name(name.into())
-            .spawn(move || worker.run())
-            .map_err(|e| CreateError::Thread {
-                name,
-                reason: e.to_string(),
-            })
+        threads::spawn("kv-events-pub", move || worker.run())
     }
 
     fn run(mut self) {

@@ -27,8 +27,10 @@
 //! a gap the subscriber sees.
 
 use crate::config::Config;
+use crate::error::CreateError;
 use crate::event::{Event, EventKind};
 use crate::media::{Medium, MediumSet};
+use crate::threads;
 use crate::wire::encode::{needs_own_message, Encoder, DEFAULT_TENANT, MAX_BATCH_EVENTS};
 use crate::wire::SnapshotEnd;
 use std::ops::Range;
@@ -245,12 +247,12 @@ pub(crate) fn start(
     source: Arc<dyn ObjectSource>,
     scope: Option<Vec<u8>>,
     context: &Context,
-) -> std::io::Result<(Receiver<Piece>, JoinHandle<()>)> {
+) -> Result<(Receiver<Piece>, JoinHandle<()>), CreateError> {
     let (out, pieces) = sync_channel(AHEAD);
     let context = context.clone();
-    let thread = thread::Builder::new()
-        .name("kv-events-snapshot".into())
-        .spawn(move || run(&*source, scope, &context, out))?;
+    let thread = threads::spawn("kv-events-snapshot", move || {
+        run(&*source, scope, &context, out)
+    })?;
     Ok((pieces, thread))
 }
 

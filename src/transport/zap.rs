@@ -14,10 +14,11 @@ use crate::error::CreateError;
 use crate::keys::Key;
 use crate::log::{Level, RateLimited};
 use crate::stats::PeerCounters;
+use crate::threads;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The ZAP domain the PUB socket asks the handler about; libzmq consults ZAP for the NULL
@@ -85,14 +86,7 @@ pub(crate) fn start(
         refusals: RateLimited::new(LOG_EVERY),
         after_attacks: Aftermath::default(),
     };
-    let name = "kv-events-zap";
-    let thread = thread::Builder::new()
-        .name(name.into())
-        .spawn(move || handler.run())
-        .map_err(|e| CreateError::Thread {
-            name,
-            reason: e.to_string(),
-        })?;
+    let thread = threads::spawn("kv-events-zap", move || handler.run())?;
     Ok(Guard {
         stop,
         thread: Some(thread),
