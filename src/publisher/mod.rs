@@ -1,39 +1,36 @@
 //! The publisher: the handle the master holds (the three calls, stats, flush, shutdown) and
 //! what stands behind it.
 //!
-//! A call turns into a [`queue::Record`] (its strings in the record's slot, or in a block of
+//! A call turns into a [`record::Record`] (its strings in the record's slot, or in a block of
 //! the `pool` when they are long) pushed onto the bounded lock-free `queue`, which the
 //! callers and the publishing thread share with the counters and the shutdown protocol
 //! (`shared`). The publishing thread (`worker`) takes records off in order, applies the
-//! RemoveAll rule (`scan`), encodes batches and sends them.
+//! RemoveAll rule (`scan`), encodes batches and sends them. `start` wires an enabled
+//! publisher: its sockets, the replay socket's thread, the publishing thread.
 
 pub(crate) mod pool;
 pub(crate) mod queue;
 pub(crate) mod record;
 mod scan;
 mod shared;
+mod start;
 mod worker;
 
-use crate::config::access::Access;
-use crate::config::{Config, Settings};
+use crate::config::Config;
 use crate::error::CreateError;
 use crate::log::{log, Level};
 use crate::media::MediumSet;
-use crate::recovery::replay::{self, Identity, Ring, Server, Snapshots, SourceSlot};
-use crate::recovery::snapshot::{self, ObjectSource};
+use crate::recovery::replay::{Server, SourceSlot};
+use crate::recovery::snapshot::ObjectSource;
 use crate::stats::{BuildInfo, Counters, Stats};
-use crate::transport::{Guard, Sockets};
-use crate::wire::encode::Encoder;
-use crate::wire::ReplyForm;
-use queue::{EventQueue, Record};
-use record::{ClearedEvent, ObjectEvents};
+use crate::transport::Guard;
+use record::{ClearedEvent, ObjectEvents, Record};
 use shared::Shared;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
-use worker::{Outlet, Worker};
 
 /// Announces object availability per medium to the subscribers of one ZeroMQ PUB socket.
 ///
@@ -108,89 +105,6 @@ impl Publisher {
     /// [`Publisher::start`]).
     pub fn create(config: &Config) -> Result<Publisher, CreateError> {
         Publisher::start(config.validate()?)
-    }
-
-    /// When enabled, binds the PUB socket (and the replay socket, when configured) and starts
-    /// the publishing thread. Errors name what failed: the endpoint, the socket or the thread.
-    pub fn start(settings: Settings) -> Result<Publisher, CreateError> {
-        let config = settings.config();
-        let Some(access) = &settings.access else {
-            log(
-                Level::Info,
-                "kv events are disabled (enable_kv_events=false)",
-            );
-            return Ok(Publisher::disabled());
-        };
-        let shared = Arc::new(Shared::new(
-            EventQueue::new(config.queue_capacity as usize),
-            config.emit_object_key,
-        ));
-        let peers = Arc::clone(&shared.counters.peers);
-        let sockets = Sockets::open(config, access, Arc::clone(&peers), replay::prepare)?;
-        let incarnation = incarnation();
-        let source = Arc::new(SourceSlot::default());
-        let (ring, replay) = match sockets.replay {
-            None => (None, None),
-            Some(router) => {
-                let ring = Arc::new(Ring::new(config.replay_buffer_bytes, Arc::clone(&peers)));
-                let identity = Identity {
-                    incarnation,
-                    backend_id: config.backend_id.clone(),
-                    dp_rank: config.dp_rank,
-                    form: if config.replay_topic_frame {
-                        ReplyForm::TopicFrame(config.topic.as_bytes().to_vec())
-                    } else {
-                        ReplyForm::Plain
-                    },
-                };
-                let taken = Arc::clone(&ring);
-                let snapshots = Snapshots {
-                    max_requesters: config.snapshot_max_requesters as usize,
-                    source: Arc::clone(&source),
-                    context: snapshot::Context {
-                        config: Arc::new(config.clone()),
-                        incarnation,
-                        sequence_now: Arc::new(move || taken.last_taken()),
-                        live_backlog: {
-                            let shared = Arc::clone(&shared);
-                            Arc::new(move || shared.queue.len())
-                        },
-                    },
-                };
-                let server = Server::start(
-                    router,
-                    config.replay_endpoint.clone(),
-                    Arc::clone(&ring),
-                    identity,
-                    snapshots,
-                    Arc::clone(&sockets.listeners),
-                )?;
-                (Some(ring), Some(server))
-            }
-        };
-        let outlet = Outlet {
-            socket: sockets.publish,
-            endpoint: config.bind_endpoint.clone(),
-            listeners: sockets.listeners,
-            ring,
-            topic: config.topic.as_bytes().to_vec(),
-            heartbeat: (config.heartbeat_ms > 0)
-                .then(|| Duration::from_millis(u64::from(config.heartbeat_ms))),
-        };
-        let worker = Worker::spawn(Arc::clone(&shared), outlet, Encoder::new(config))?;
-        shared.queue.set_consumer(worker.thread().clone());
-        announce_start(config, access, incarnation);
-        Ok(Publisher {
-            enabled: Some(Enabled {
-                shared,
-                worker: Mutex::new(Some(worker)),
-                replay: Mutex::new(replay),
-                guard: Mutex::new(Some(sockets.guard)),
-                next_scan: AtomicU64::new(1),
-                incarnation,
-                source,
-            }),
-        })
     }
 
     /// Registers where snapshots get their objects, replacing the source registered before
@@ -460,52 +374,6 @@ impl Publisher {
             );
         }
     }
-}
-
-/// The log lines of a start: the effective configuration, and what deserves a warning.
-fn announce_start(config: &Config, access: &Access, incarnation: u64) {
-    log(
-        Level::Info,
-        &format!(
-            "kv events publisher started: {config}; incarnation {incarnation}; \
-             subscribers: {}",
-            access.describe()
-        ),
-    );
-    if access.limits.total < config.max_connections {
-        log(
-            Level::Warn,
-            &format!(
-                "kv_events_max_connections={} is more than half the process's descriptor \
-                 limit (ulimit -n): the publisher holds at most {} connections",
-                config.max_connections, access.limits.total
-            ),
-        );
-    }
-    if !config.emit_object_key {
-        log(
-            Level::Warn,
-            "kv_events_emit_object_key=false: every stored and removed event is suppressed; \
-             subscribers will only see cleared",
-        );
-    }
-}
-
-/// A random 64-bit id for one publisher's life, never 0 (which says "disabled").
-fn incarnation() -> u64 {
-    let mut bytes = [0u8; 8];
-    // SAFETY: getrandom writes at most `bytes.len()` bytes into `bytes`.
-    let filled = unsafe { libc::getrandom(bytes.as_mut_ptr().cast(), bytes.len(), 0) };
-    let random = if filled == bytes.len() as isize {
-        u64::from_ne_bytes(bytes)
-    } else {
-        // No entropy to be had: the time and the process still tell two lives apart.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        nanos ^ (u64::from(std::process::id()) << 32)
-    };
-    random.max(1)
 }
 
 impl Drop for Publisher {

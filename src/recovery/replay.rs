@@ -16,9 +16,11 @@
 use super::fanout::{Fanout, Turn, RETAIN};
 use super::requester::{self, Reply, Requester, STALLED_FOR};
 use super::snapshot::{self, ObjectSource};
+use crate::config::Config;
 use crate::error::CreateError;
 use crate::log::{log, Level};
 use crate::stats::PeerCounters;
+use crate::threads;
 use crate::transport::connections::Listeners;
 use crate::wire::replay::{verb, ReplyForm};
 use crate::wire::{Info, Request};
@@ -26,7 +28,7 @@ use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Replays sent at once; a request beyond them is answered "busy".
@@ -115,20 +117,20 @@ impl Ring {
 
 /// What `info` says besides the ring's state, and the form of replayed messages.
 #[derive(Clone, Debug)]
-pub(crate) struct Identity {
-    pub(crate) incarnation: u64,
-    pub(crate) backend_id: String,
-    pub(crate) dp_rank: u32,
-    pub(crate) form: ReplyForm,
+struct Identity {
+    incarnation: u64,
+    backend_id: String,
+    dp_rank: u32,
+    form: ReplyForm,
 }
 
 /// Where snapshots come from: the master's object source, once registered, and what a
 /// snapshot needs besides.
-pub(crate) struct Snapshots {
-    pub(crate) source: Arc<SourceSlot>,
-    pub(crate) context: snapshot::Context,
+struct Snapshots {
+    source: Arc<SourceSlot>,
+    context: snapshot::Context,
     /// Requesters one snapshot serves at once (`kv_events_snapshot_max_requesters`).
-    pub(crate) max_requesters: usize,
+    max_requesters: usize,
 }
 
 /// The object source the master registered, if any.
@@ -152,20 +154,46 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// Starts serving requests on `socket`, which is bound already.
+    /// Starts serving requests on `socket`, bound already, for a publisher of `config` in
+    /// its life `incarnation`; returns the server and the ring the publishing thread fills.
+    /// Snapshots get their objects from `source` and let the `live_backlog` (the calls
+    /// waiting in the publisher's queue) go first.
     pub(crate) fn start(
         socket: zmq::Socket,
-        endpoint: String,
-        ring: Arc<Ring>,
-        identity: Identity,
-        snapshots: Snapshots,
+        config: &Config,
+        incarnation: u64,
+        source: Arc<SourceSlot>,
+        live_backlog: Arc<dyn Fn() -> usize + Send + Sync>,
+        peers: Arc<PeerCounters>,
         listeners: Arc<Listeners>,
-    ) -> Result<Server, CreateError> {
+    ) -> Result<(Server, Arc<Ring>), CreateError> {
+        let ring = Arc::new(Ring::new(config.replay_buffer_bytes, peers));
+        let identity = Identity {
+            incarnation,
+            backend_id: config.backend_id.clone(),
+            dp_rank: config.dp_rank,
+            form: if config.replay_topic_frame {
+                ReplyForm::TopicFrame(config.topic.as_bytes().to_vec())
+            } else {
+                ReplyForm::Plain
+            },
+        };
+        let taken = Arc::clone(&ring);
+        let snapshots = Snapshots {
+            max_requesters: config.snapshot_max_requesters as usize,
+            source,
+            context: snapshot::Context {
+                config: Arc::new(config.clone()),
+                incarnation,
+                sequence_now: Arc::new(move || taken.last_taken()),
+                live_backlog,
+            },
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let serving = Serving {
             socket,
             counters: Arc::clone(&ring.counters),
-            ring,
+            ring: Arc::clone(&ring),
             identity,
             replays: Vec::new(),
             snapshots,
@@ -174,19 +202,13 @@ impl Server {
             finishing: Vec::new(),
             stop: Arc::clone(&stop),
         };
-        let name = "kv-events-replay";
-        let thread = thread::Builder::new()
-            .name(name.into())
-            .spawn(move || serving.run())
-            .map_err(|e| CreateError::Thread {
-                name,
-                reason: e.to_string(),
-            })?;
-        Ok(Server {
+        let thread = threads::spawn("kv-events-replay", move || serving.run())?;
+        let server = Server {
             stop,
             thread: Some(thread),
-            endpoint,
-        })
+            endpoint: config.replay_endpoint.clone(),
+        };
+        Ok((server, ring))
     }
 }
 
@@ -349,7 +371,7 @@ impl Serving {
                 self.snapshot = Some(Fanout::new(scope, pieces, thread, requesters, RETAIN));
             }
             Err(e) => {
-                let why = format!("cannot start the thread kv-events-snapshot: {e}");
+                let why = e.to_string();
                 for requester in &requesters {
                     self.reply(&requester.peer, verb::ERROR, why.as_bytes());
                 }

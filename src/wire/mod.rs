@@ -13,8 +13,6 @@ mod validate;
 
 pub use change::{Change, Field};
 pub use decode::{decode_message, field, to_json};
-#[cfg(feature = "publisher")]
-pub(crate) use replay::ReplyForm;
 pub use replay::{Info, Replayed, Request, SnapshotEnd, END_OF_REPLAY};
 pub use typed::{Bytes, Checked, Event, Message};
 pub use validate::{
