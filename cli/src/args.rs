@@ -3,7 +3,7 @@
 //! suggestions for mistyped options and the completion scripts; this module adds the checks
 //! of each value and the usage on every usage error.
 
-use crate::view::{EventType, Filter};
+use crate::view::{EventType, Filter, Show};
 use clap::builder::{NonEmptyStringValueParser, TypedValueParser as _};
 use clap::error::{ContextKind, ContextValue};
 use clap::{Args, CommandFactory, Parser, Subcommand};
@@ -402,15 +402,6 @@ impl MirrorArgs {
         }
         Ok(())
     }
-}
-
-/// Which of the events it reads a watcher prints; it counts them all.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Show {
-    /// Every event.
-    All,
-    /// The first N of each event type.
-    FirstOfEachType(u64),
 }
 
 /// What `--version` says: the library's version, the libzmq the process runs with, and

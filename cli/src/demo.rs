@@ -1,9 +1,9 @@
 //! `kv-events demo`: a publisher, a watcher reading it the way `tail` does, and a synthetic
 //! master workload between them; then what the watcher saw against what was published.
 
-use crate::args::{DemoArgs, Show};
+use crate::args::DemoArgs;
 use crate::master::{self, Counts, Master};
-use crate::view::{View, RCVHWM};
+use crate::view::{Show, View, RCVHWM};
 use mooncake_kv_events::keys::{self, KeyPair};
 use mooncake_kv_events::subscriber::{connect_form, CurveClient, Subscriber};
 use mooncake_kv_events::{Config, Publisher, Stats};

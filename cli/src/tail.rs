@@ -1,8 +1,8 @@
 //! `kv-events tail`: print the stream of a running publisher, one JSON line per event, or
 //! (`--stats`) one line of rates per second.
 
-use crate::args::{Show, TailArgs};
-use crate::view::{Tally, View, RCVHWM};
+use crate::args::TailArgs;
+use crate::view::{Show, Tally, View, RCVHWM};
 use mooncake_kv_events::subscriber::{connect_form, Catchup, Info, ReplayClient};
 use mooncake_kv_events::subscriber::{
     CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,

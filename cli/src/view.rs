@@ -2,7 +2,6 @@
 //! batch becomes JSON lines on stdout for the events that pass a [`Filter`], a note on
 //! stderr when its sequence does not follow (whatever the filter), and counts.
 
-use crate::args::Show;
 use mooncake_kv_events::subscriber::{Batch, Continuity};
 use mooncake_kv_events::wire;
 use rmpv::Value;
@@ -53,6 +52,15 @@ pub(crate) struct View {
     /// Events printed so far, per [`EventType`].
     shown: [u64; 4],
     last_sequence: Option<u64>,
+}
+
+/// Which of the events it reads a watcher prints; it counts them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Show {
+    /// Every event.
+    All,
+    /// The first N of each event type.
+    FirstOfEachType(u64),
 }
 
 /// The `event_type` of an event, as far as a reader knows it.
