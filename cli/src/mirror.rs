@@ -6,13 +6,13 @@ use crate::args::MirrorArgs;
 use crate::tail::not_reached;
 use crate::view::RCVHWM;
 use mooncake_kv_events::keys;
-use mooncake_kv_events::subscriber::{connect_form, json_bytes, Index};
+use mooncake_kv_events::subscriber::stop_requested;
+use mooncake_kv_events::subscriber::{catch_stop_signals, connect_form, json_bytes, Index};
 use mooncake_kv_events::subscriber::{CurveClient, Reach, Subscriber, SubscriberOptions};
 use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Upstream};
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,23 +20,6 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(100);
 /// Refused messages and skipped events said on stderr per publisher; the rest are counted.
 const MALFORMED_SAID: u32 = 10;
-
-/// Set by SIGINT and SIGTERM.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Ctrl-C and SIGTERM end the loop, so that the index is written.
-fn catch_signals() {
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
-}
 
 /// Runs `mirror` until `--duration`, Ctrl-C or SIGTERM. `Err` is a runtime failure, said in
 /// one sentence.
@@ -86,7 +69,8 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
         .map(|s| format!("{} (replay {})", s.endpoint, s.replay_endpoint))
         .collect();
     let mut follower = Follower::new(upstreams, options)?;
-    catch_signals();
+    // Ctrl-C and SIGTERM end the loop, so that the index is written.
+    catch_stop_signals();
     let mut err = io::stderr().lock();
     let _ = writeln!(err, "kv-events: mirroring {}", described.join(", "));
 
@@ -95,7 +79,7 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     let mut next_summary = started + args.every;
     let mut said = vec![0u32; names.len()];
     let mut dumps = Dumps::default();
-    while !STOP.load(Ordering::SeqCst) {
+    while !stop_requested() {
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             break;

@@ -18,13 +18,13 @@ mod status;
 use clap::Parser;
 use mooncake_kv_events::keys;
 use mooncake_kv_events::subscriber::{
-    connect_form, CurveClient, FollowOptions, Follower, ReplayClient, SubscriberOptions, Upstream,
+    catch_stop_signals, connect_form, stop_requested, CurveClient, FollowOptions, Follower,
+    ReplayClient, SubscriberOptions, Upstream,
 };
 use raw::Raw;
 use relay::Relay;
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// The longest one turn waits on the master: it bounds how late a signal is seen, and how
@@ -32,23 +32,6 @@ use std::time::{Duration, Instant};
 const TURN: Duration = Duration::from_millis(50);
 /// The SUB sockets' receive high-water mark, as `mirror`'s.
 const RCVHWM: i32 = 1_000_000;
-
-/// Set by SIGINT and SIGTERM.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// Ctrl-C and SIGTERM end the loop, after what is pending is written.
-fn catch_signals() {
-    let handler = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, handler);
-        libc::signal(libc::SIGTERM, handler);
-    }
-}
 
 fn main() -> ExitCode {
     let args = args::Args::parse();
@@ -115,7 +98,7 @@ fn backend_id(upstreams: &[Upstream]) -> Result<String, String> {
         clients.push(client);
     }
     let mut said = false;
-    while !STOP.load(Ordering::SeqCst) {
+    while !stop_requested() {
         for client in &mut clients {
             if let Ok(info) = client.info(Duration::from_millis(500)) {
                 return Ok(info.backend_id);
@@ -131,7 +114,8 @@ fn backend_id(upstreams: &[Upstream]) -> Result<String, String> {
 
 /// Runs the relay until `--duration`, Ctrl-C or SIGTERM.
 fn run(args: &args::Args) -> Result<(), String> {
-    catch_signals();
+    // Ctrl-C and SIGTERM end the loop, after what is pending is written.
+    catch_stop_signals();
     let upstreams = upstreams(args)?;
     let names: Vec<String> = upstreams.iter().map(|s| s.endpoint.clone()).collect();
     let backend = backend_id(&upstreams)?;
@@ -177,7 +161,7 @@ fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), 
     let mut next_status = started + args.every;
     let mut failing: Option<String> = None;
     let mut err = std::io::stderr().lock();
-    while !STOP.load(Ordering::SeqCst) && deadline.is_none_or(|d| Instant::now() < d) {
+    while !stop_requested() && deadline.is_none_or(|d| Instant::now() < d) {
         let (notices, outcome) = relay.turn(TURN);
         for notice in notices {
             let _ = writeln!(

@@ -7,19 +7,22 @@
 //!   fills gaps and notices a loss at the end of a burst;
 //! - `index`: [`Index`], what a subscriber holds of a master's state, built from events;
 //! - `follow`: [`Follower`], an index that heals itself through snapshots, replays and
-//!   incarnation changes.
+//!   incarnation changes;
+//! - `stop`: [`catch_stop_signals`], Ctrl-C and SIGTERM as a flag a program's loop checks.
 //!
 //! Messages are decoded by [`crate::wire`].
 
 mod catchup;
 mod follow;
 mod index;
+mod stop;
 mod watch;
 
 pub use crate::wire::{Change, Field, Info};
 pub use catchup::{Catchup, ReplayClient};
 pub use follow::{Counters, FollowOptions, Follower, Happened, Notice, Status, Upstream};
 pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
+pub use stop::{catch_stop_signals, stop_requested};
 pub use watch::{
     connect_form, Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
     DEFAULT_MAX_MESSAGE_BYTES,
