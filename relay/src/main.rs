@@ -7,6 +7,7 @@
 mod args;
 mod batch;
 mod bucket;
+mod counters;
 mod held;
 mod log;
 mod names;

@@ -4,12 +4,12 @@
 
 use crate::batch::{self, MAX_EVENTS};
 use crate::bucket;
+use crate::counters::Counters;
 use crate::held::Held;
 use crate::log::{Appended, Entry, Log, Position};
 use crate::names::{diff_id, events_id, subject};
 use crate::nats::Nats;
 use crate::raw::{Raw, Run};
-use crate::status::Counters;
 use mooncake_kv_events::subscriber::{Follower, Notice};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 

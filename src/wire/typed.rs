@@ -9,7 +9,8 @@
 
 use super::change::{Change, Field};
 use super::validate::{envelope, envelope_with, Malformed};
-use crate::{EventKind, Medium};
+use crate::event::EventKind;
+use crate::media::Medium;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 use serde::Deserialize;
 use std::fmt;

@@ -2,7 +2,7 @@
 //! in sync (what to ask the replay socket, what the answers mean).
 
 use super::notice::{Counters, Happened, Status};
-use super::{FollowOptions, Upstream};
+use super::options::{FollowOptions, Upstream};
 use crate::subscriber::index::{json_bytes, Index};
 use crate::subscriber::watch::{Subscriber, SubscriberOptions, WatchError};
 use crate::wire::replay::verb;

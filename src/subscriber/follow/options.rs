@@ -1,0 +1,71 @@
+//! What a [`Follower`](super::Follower) follows ([`Upstream`]) and how ([`FollowOptions`]).
+
+use crate::subscriber::watch::{CurveClient, DEFAULT_MAX_MESSAGE_BYTES};
+use std::time::Duration;
+
+/// One publisher to follow: its PUB endpoint, its replay endpoint, and the subscriber's CURVE
+/// keys when it speaks CURVE (used on both sockets).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upstream {
+    /// The PUB endpoint, e.g. `tcp://master-0:5557`.
+    pub endpoint: String,
+    /// The replay endpoint, e.g. `tcp://master-0:5558`.
+    pub replay_endpoint: String,
+    /// The publisher's public key and the subscriber's key pair; `None`: plain.
+    pub curve: Option<CurveClient>,
+    /// What to subscribe to: the publisher's topic or a prefix of it; empty: everything.
+    pub topic: Vec<u8>,
+}
+
+impl Upstream {
+    /// A plain upstream.
+    pub fn new(endpoint: impl Into<String>, replay_endpoint: impl Into<String>) -> Upstream {
+        Upstream {
+            endpoint: endpoint.into(),
+            replay_endpoint: replay_endpoint.into(),
+            curve: None,
+            topic: Vec::new(),
+        }
+    }
+}
+
+/// How the follower reads and when it gives up waiting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FollowOptions {
+    /// The SUB socket's receive high-water mark, in messages; default 1,000,000. What the
+    /// socket drops past it the follower sees as a gap and recovers.
+    pub rcvhwm: i32,
+    /// The largest message taken, in bytes; default 16 MiB (see
+    /// [`SubscriberOptions::max_message_bytes`](crate::subscriber::SubscriberOptions::max_message_bytes)).
+    pub max_message_bytes: usize,
+    /// How long a request (info, replay, snapshot) may go without a reply frame before it is
+    /// given up and retried; default 5 s.
+    pub request_timeout: Duration,
+    /// How long after a failed request the next one goes out; default 1 s.
+    pub retry_after: Duration,
+    /// How long the stream may be quiet before `info` is asked for the last sequence sent
+    /// and the incarnation; default 1 s.
+    pub quiet_check: Duration,
+    /// Live messages held while a snapshot or a replay is under way; past it they are
+    /// dropped (counted in [`Counters::overflowed`](super::Counters::overflowed)) and recovered like any loss. Default
+    /// 1,000,000.
+    pub max_buffered: usize,
+    /// The most payload bytes those messages may hold together; past it, as past
+    /// `max_buffered`. Default 1 GiB: a million-object burst, held while a snapshot of as
+    /// many is read, takes about a quarter of it.
+    pub max_buffered_bytes: usize,
+}
+
+impl Default for FollowOptions {
+    fn default() -> FollowOptions {
+        FollowOptions {
+            rcvhwm: 1_000_000,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            request_timeout: Duration::from_secs(5),
+            retry_after: Duration::from_secs(1),
+            quiet_check: Duration::from_secs(1),
+            max_buffered: 1_000_000,
+            max_buffered_bytes: 1 << 30,
+        }
+    }
+}
