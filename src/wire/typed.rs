@@ -155,6 +155,12 @@ impl<P: Deref<Target = [u8]>> Checked<P> {
         self.payload.len()
     }
 
+    /// The payload as it arrived, `[timestamp_ms, [event, ...], dp_rank]`: for a reader that
+    /// passes the message on, or decodes it whole later.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
     /// Each event's [`Change`]: the four values an index reads, found while the payload
     /// was checked, borrowed from it.
     pub fn changes(&self) -> impl ExactSizeIterator<Item = Change<'_>> + '_ {
