@@ -31,8 +31,13 @@ use std::time::{Duration, Instant};
 /// The longest one turn waits on the master: it bounds how late a signal is seen, and how
 /// many of the master's messages one log message gathers under load.
 const TURN: Duration = Duration::from_millis(50);
-/// The SUB sockets' receive high-water mark, as `mirror`'s.
+/// The follower's SUB socket's receive high-water mark, as `mirror`'s: what it drops it
+/// recovers by a replay or a snapshot.
 const RCVHWM: i32 = 1_000_000;
+/// The high-water mark of the relay's own SUB socket, which reads the stream a second time
+/// for the log: about as much as the relay holds (`raw.rs`); what it drops past it the log
+/// gets as a difference, so a master far ahead costs no more memory here.
+const RAW_RCVHWM: i32 = 16_384;
 
 fn main() -> ExitCode {
     let args = args::Args::parse();
@@ -130,7 +135,7 @@ fn run(args: &args::Args) -> Result<(), String> {
     let mut raws = Vec::with_capacity(upstreams.len());
     for upstream in &upstreams {
         let options = SubscriberOptions {
-            rcvhwm: RCVHWM,
+            rcvhwm: RAW_RCVHWM,
             curve: upstream.curve.clone(),
             topic: upstream.topic.clone(),
             ..SubscriberOptions::default()

@@ -17,6 +17,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// socket (the two sockets read the same stream at their own pace) before the relay stops
 /// waiting for them and writes a difference.
 const GRACE: Duration = Duration::from_millis(500);
+/// Master messages the log may be behind the follower (about 130,000 events at 64 a message)
+/// before the relay writes a difference instead of them: a master sending faster than NATS
+/// takes its messages one by one would leave the log ever further behind, while the
+/// difference holds at most an event per object and medium that changed.
+const MAX_BEHIND: u64 = 2048;
+/// How long one turn writes the master's messages before the follower reads again: a
+/// follower kept waiting falls behind the master with the log, and the log could never
+/// be far enough behind the follower for a difference to catch it up.
+const WRITE_BUDGET: Duration = Duration::from_millis(100);
 /// After losing a write to another relay, how long the log must stay still before this one
 /// writes again: the other is the writer while it keeps writing.
 const TAKEOVER: Duration = Duration::from_secs(3);
@@ -196,7 +205,8 @@ impl Relay {
     }
 
     /// Writes the master's messages `from..=through` as they came, as long as the relay's
-    /// own socket has them in order; a difference when it has not had them for [`GRACE`].
+    /// own socket has them in order, for up to [`WRITE_BUDGET`]; a difference when it has
+    /// not had them for [`GRACE`], or when they are more than [`MAX_BEHIND`].
     fn forward(
         &mut self,
         i: usize,
@@ -204,8 +214,13 @@ impl Relay {
         from: u64,
         through: u64,
     ) -> Result<(), String> {
+        if through - from >= MAX_BEHIND {
+            self.behind_since = None;
+            return self.difference(i, incarnation, through);
+        }
         let mut from = from;
-        while from <= through {
+        let started = Instant::now();
+        while from <= through && started.elapsed() < WRITE_BUDGET {
             let Some(run) = self.raws[i].take(from, through, MAX_EVENTS) else {
                 let since = *self.behind_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < GRACE {
