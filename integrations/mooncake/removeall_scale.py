@@ -148,6 +148,20 @@ class Run:
             return None
 
     def run(self):
+        """Measures; whatever happens, every process it started is stopped."""
+        try:
+            return self.measure()
+        finally:
+            for proc in self.procs:
+                if proc.poll() is None:
+                    proc.terminate()
+                    try:
+                        proc.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+
+    def measure(self):
         a = self.args
         flags = [
             a.master,
@@ -272,10 +286,6 @@ class Run:
                 result["mirror_log_tail"] = [line.strip() for line in f.readlines()[-12:]]
         open(hold, "w").close()
         filler.wait(timeout=60)
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=30)
         return result
 
 
