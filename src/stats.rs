@@ -141,9 +141,9 @@ struct Metric {
 /// Makes, from one line per field of [`Stats`] (`name, kind, kept_by, "help";`, in the
 /// struct's order):
 /// - the atomics: `Counters` holds those kept by `callers`, `PeerCounters` those kept by
-///   `peers`; a field kept by `given` is no atomic but a value the snapshot's caller passes
-///   (`Counters::snapshot`);
-/// - `Counters::read`, the snapshot, which names every field, so the list cannot miss one;
+///   `peers`; a field kept by `given` is no atomic but a value the caller of `Counters::stats`
+///   passes;
+/// - `Counters::read`, the `Stats` now, which names every field, so the list cannot miss one;
 /// - `METRICS`, the table of `Stats::to_prometheus`.
 ///
 /// `kind` is `flag`, `counter`, `gauge` or `info` ([`Kind`]).
