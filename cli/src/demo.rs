@@ -20,8 +20,10 @@ const MODEL_NAME: &str = "demo-model";
 const BLOCK_SIZE: u32 = 16;
 /// How long the publisher may take to send what the workload queued.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long the watcher, after the flush, may go without a message before it stops short of
-/// what was sent: a loaded machine slows it down, but it keeps reading while messages come.
+/// How long the watcher, after the flush, may go without an event before it stops short of
+/// what was sent: a loaded machine slows it down, but it keeps reading while events come.
+/// Heartbeats do not count: they go on for ever, and a watcher that lost events would wait
+/// for ever for the rest.
 const DRAIN_QUIET: Duration = Duration::from_secs(10);
 /// How long one wait of the watcher for a message lasts: it bounds how late it sees its
 /// stop order.
@@ -32,7 +34,8 @@ const WORKLOAD_STARTS: &str = "The workload starts.\n";
 /// The start of the line said when the workload has made its last call.
 const WORKLOAD_DONE: &str = "The workload is done";
 
-/// The watcher's stop order: read until `events` events arrived, or none came for `quiet`.
+/// The watcher's stop order: read until `events` events arrived, or none came for `quiet`
+/// (heartbeats aside).
 #[derive(Debug)]
 struct Drain {
     events: u64,
@@ -236,7 +239,7 @@ fn curve_setup(
 fn watch(mut subscriber: Subscriber, show: Show, orders: &Receiver<Drain>) -> Watched {
     let mut view = View::new(show);
     let mut drain = None;
-    let mut last_message = Instant::now();
+    let mut last_event = Instant::now();
     loop {
         if drain.is_none() {
             match orders.try_recv() {
@@ -247,13 +250,15 @@ fn watch(mut subscriber: Subscriber, show: Show, orders: &Receiver<Drain>) -> Wa
         }
         if let Some(Drain { events, quiet }) = drain {
             // Falling short is for the verdict to say.
-            if view.tally.events >= events || last_message.elapsed() >= quiet {
+            if view.tally.events >= events || last_event.elapsed() >= quiet {
                 return (view, None);
             }
         }
         match subscriber.recv(WATCH_POLL) {
             Ok(Some(batch)) => {
-                last_message = Instant::now();
+                if !batch.events.is_empty() {
+                    last_event = Instant::now();
+                }
                 let printed = view.take(
                     &batch,
                     u64::MAX,

@@ -228,6 +228,25 @@ fn demo_dumps_the_index_its_subscribers_should_end_with() {
 }
 
 #[test]
+fn demo_whose_watcher_lost_events_ends_and_says_so_despite_heartbeats() {
+    // A send queue of one message drops most of a flat-out workload; heartbeats every 50 ms
+    // keep messages coming after it, which must not keep the watcher waiting for the rest.
+    // coreutils' timeout ends a demo that waits for ever with status 124.
+    let output = Command::new("timeout")
+        .arg("180")
+        .arg(env!("CARGO_BIN_EXE_kv-events"))
+        .args(["demo", "--endpoint", &Endpoint::new(), "--show", "0"])
+        .args(["--objects", "100000", "--send-hwm", "1"])
+        .args(["--heartbeat-ms", "50"])
+        .output()
+        .expect("kv-events runs");
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stdout));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("the watcher saw "), "{stderr}");
+    assert!(stderr.contains("published events"), "{stderr}");
+}
+
+#[test]
 fn demo_exits_1_when_its_endpoint_cannot_be_bound() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     let port = taken.local_addr().expect("its address").port();
