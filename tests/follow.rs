@@ -7,7 +7,7 @@ use kv_events_testing::model;
 
 use common::endpoint;
 use model::{config, converge, Model};
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Upstream};
+use mooncake_kv_events::subscriber::{Changes, FollowOptions, Follower, Happened, Index, Upstream};
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::thread;
 use std::time::Duration;
@@ -451,4 +451,61 @@ fn a_burst_beyond_the_held_bytes_is_counted_and_recovered_by_another_snapshot() 
     let counters = burst_during_the_join(32 << 10);
     assert!(counters.overflowed > 0, "{counters:?}");
     assert!(counters.snapshots >= 2, "{counters:?}");
+}
+
+/// Brings `copy` to `truth` where `changes` says they may differ, as a reader that keeps
+/// its own copy of the index does.
+fn bring(copy: &mut Index, truth: &Index, changes: &Changes) {
+    for tenant in &changes.cleared {
+        copy.replace(Some(tenant), truth.clone());
+    }
+    for (tenant, keys) in &changes.objects {
+        for key in keys {
+            let (have, want) = (copy.get(tenant, key), truth.get(tenant, key));
+            for medium in have.minus(want).iter() {
+                copy.remove(tenant, key, medium);
+            }
+            for medium in want.minus(have).iter() {
+                copy.store(tenant, key, medium);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_changes_taken_name_every_object_that_moved_and_a_copy_kept_by_them_stays_exact() {
+    let model = Model::new();
+    let (master, upstream) = publisher(&model, |_| {});
+    model.churn(&master, 1, 3000, 1000);
+    flush(&master);
+    let options = FollowOptions {
+        track_changes: true,
+        ..quick()
+    };
+    let mut follower = Follower::new(vec![upstream], options).unwrap();
+    converge(&mut follower, 0, &model, WITHIN);
+    assert!(follower.take_changes(0).all, "a snapshot made the index");
+    let mut copy = follower.index(0).clone();
+    for round in 0..5 {
+        model.churn(&master, 10 + round, 100, 1000);
+        if round == 2 {
+            model.remove_all(&master, b"tenant-2");
+        }
+        flush(&master);
+        converge(&mut follower, 0, &model, WITHIN);
+        let changes = follower.take_changes(0);
+        assert!(!changes.all, "{:?}", follower.counters());
+        assert!(changes.objects_len() <= 100, "{}", changes.objects_len());
+        assert_eq!(!changes.cleared.is_empty(), round == 2, "{changes:?}");
+        assert_ne!(&copy, follower.index(0), "round {round} changed something");
+        bring(&mut copy, follower.index(0), &changes);
+        assert_eq!(copy, model.truth(), "round {round}");
+        assert!(follower.take_changes(0).is_empty());
+    }
+    // Without tracking, everything may always have changed.
+    let (other, upstream) = publisher(&model, |_| {});
+    flush(&other);
+    let mut untracked = Follower::new(vec![upstream], quick()).unwrap();
+    untracked.poll(Duration::from_millis(10));
+    assert!(untracked.take_changes(0).all);
 }

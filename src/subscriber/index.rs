@@ -63,7 +63,7 @@ fn known<'e>(kind: &str, name: &str, field: &Field<'e>) -> Result<&'e [u8], Stri
 }
 
 /// The tenant an empty name stands for, as on the wire.
-fn tenant_name(tenant: &[u8]) -> &[u8] {
+pub(crate) fn tenant_name(tenant: &[u8]) -> &[u8] {
     if tenant.is_empty() {
         DEFAULT_TENANT
     } else {

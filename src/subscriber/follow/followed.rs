@@ -1,6 +1,7 @@
 //! One publisher followed: its sockets, its index, and the state machine that keeps the index
 //! in sync (what to ask the replay socket, what the answers mean).
 
+use super::changes::Changes;
 use super::notice::{Counters, Happened, Status};
 use super::options::{FollowOptions, Upstream};
 use crate::subscriber::index::{json_bytes, Index};
@@ -48,6 +49,9 @@ pub(super) struct Followed {
     subscriber: Subscriber,
     dealer: zmq::Socket,
     pub(super) index: Index,
+    /// What changed in `index` since [`Follower::take_changes`](super::Follower::take_changes),
+    /// when tracked.
+    pub(super) changes: Option<Changes>,
     incarnation: Option<u64>,
     /// The last sequence the index reflects.
     applied: Option<u64>,
@@ -114,6 +118,7 @@ impl Followed {
             subscriber,
             dealer,
             index: Index::new(),
+            changes: options.track_changes.then(Changes::everything),
             incarnation: None,
             applied: None,
             stream_last: None,
@@ -325,7 +330,12 @@ impl Followed {
         let (mut skipped, mut first_why) = (0, None);
         for event in message.changes() {
             match self.index.apply_change(&event) {
-                Ok(_) => self.counters.events += 1,
+                Ok(applied) => {
+                    self.counters.events += 1;
+                    if let Some(changes) = &mut self.changes {
+                        changes.note(&event, applied);
+                    }
+                }
                 Err(why) => {
                     skipped += 1;
                     first_why.get_or_insert(why);
@@ -742,6 +752,9 @@ impl Followed {
         self.incarnation = Some(end.incarnation);
         self.applied = Some(end.sequence);
         self.index = staged;
+        if let Some(changes) = &mut self.changes {
+            *changes = Changes::everything();
+        }
         self.snapshot_due = false;
         self.gap_counted = None;
         self.counters.snapshots += 1;

@@ -31,11 +31,13 @@
 //! The follower runs on the caller's thread: [`Follower::poll`] does the work and returns
 //! what happened as [`Notice`]s.
 
+mod changes;
 mod followed;
 mod notice;
 mod options;
 
 use super::index::Index;
+pub use changes::{Changes, Keys};
 use followed::Followed;
 pub use notice::{Counters, Happened, Notice, Status};
 pub use options::{FollowOptions, Upstream};
@@ -105,6 +107,17 @@ impl Follower {
     #[allow(clippy::should_implement_trait)]
     pub fn index(&self, upstream: usize) -> &Index {
         &self.followed[upstream].index
+    }
+
+    /// Which objects of publisher `upstream`'s index may have changed since the last call
+    /// for it (since the follower started, at the first), and forgets them: a reader that
+    /// keeps its own copy compares only those. Everything, always, unless
+    /// [`FollowOptions::track_changes`] is on. Panics if there is no such upstream.
+    pub fn take_changes(&mut self, upstream: usize) -> Changes {
+        match &mut self.followed[upstream].changes {
+            Some(changes) => std::mem::take(changes),
+            None => Changes::everything(),
+        }
     }
 
     /// Every publisher's index merged: an object is readable on the media any of them

@@ -54,6 +54,10 @@ pub struct FollowOptions {
     /// `max_buffered`. Default 1 GiB: a million-object burst, held while a snapshot of as
     /// many is read, takes about a quarter of it.
     pub max_buffered_bytes: usize,
+    /// Whether the follower notes which objects each event changes, for
+    /// [`Follower::take_changes`](super::Follower::take_changes); default off, since the
+    /// note costs a lookup per event.
+    pub track_changes: bool,
 }
 
 impl Default for FollowOptions {
@@ -66,6 +70,7 @@ impl Default for FollowOptions {
             quiet_check: Duration::from_secs(1),
             max_buffered: 1_000_000,
             max_buffered_bytes: 1 << 30,
+            track_changes: false,
         }
     }
 }
