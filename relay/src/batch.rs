@@ -2,9 +2,10 @@
 //! `[timestamp_ms, [event, ...], dp_rank]`, either the master's events as they came or the
 //! `removed` and `stored` events of a difference.
 
-use mooncake_kv_events::subscriber::Index;
+use mooncake_kv_events::subscriber::{Changes, Index};
 use mooncake_kv_events::Medium;
 use rmpv::Value;
+use std::collections::BTreeSet;
 
 /// At most this many events go into one log message: a difference of a million objects is
 /// written in parts, each well under JetStream's default 1 MiB message limit.
@@ -57,25 +58,49 @@ fn event(kind: &str, backend: &str, tenant: &[u8], key: &[u8], medium: Medium, n
     ])
 }
 
-/// The events that turn `held` into `truth`: every `removed` (a medium `held` has and `truth`
+/// The events that turn `held` into `truth`, given that they can differ only where `changes`
+/// says (everywhere when it says `all`): every `removed` (a medium `held` has and `truth`
 /// has not) before every `stored` (the reverse), as the master orders them. Empty when both
-/// hold the same.
-pub(crate) fn difference(held: &Index, truth: &Index, backend: &str, now: u64) -> Vec<Value> {
+/// hold the same. Its cost is that of the objects compared, not of the index.
+pub(crate) fn difference(
+    held: &Index,
+    truth: &Index,
+    changes: &Changes,
+    backend: &str,
+    now: u64,
+) -> Vec<Value> {
     let mut removed = Vec::new();
     let mut stored = Vec::new();
-    for tenant in held.tenants() {
-        for (key, &media) in held.tenant(tenant).into_iter().flatten() {
-            let after = truth.get(tenant, key);
-            for medium in media.iter().filter(|m| !after.contains(*m)) {
-                removed.push(event("removed", backend, tenant, key, medium, now));
+    let mut compare = |tenant: &[u8], key: &[u8]| {
+        let (before, after) = (held.get(tenant, key), truth.get(tenant, key));
+        for medium in before.minus(after).iter() {
+            removed.push(event("removed", backend, tenant, key, medium, now));
+        }
+        for medium in after.minus(before).iter() {
+            stored.push(event("stored", backend, tenant, key, medium, now));
+        }
+    };
+    // Tenants compared whole: each object of either side, once.
+    let whole: BTreeSet<&[u8]> = if changes.all {
+        held.tenants().chain(truth.tenants()).collect()
+    } else {
+        changes.cleared.iter().map(Vec::as_slice).collect()
+    };
+    for &tenant in &whole {
+        let theirs = truth.tenant(tenant);
+        for key in held.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
+            compare(tenant, key);
+        }
+        for key in theirs.into_iter().flat_map(|o| o.keys()) {
+            if held.get(tenant, key).is_empty() {
+                compare(tenant, key);
             }
         }
     }
-    for tenant in truth.tenants() {
-        for (key, &media) in truth.tenant(tenant).into_iter().flatten() {
-            let before = held.get(tenant, key);
-            for medium in media.iter().filter(|m| !before.contains(*m)) {
-                stored.push(event("stored", backend, tenant, key, medium, now));
+    for (tenant, keys) in &changes.objects {
+        if !whole.contains(tenant.as_slice()) {
+            for key in keys {
+                compare(tenant, key);
             }
         }
     }
@@ -109,7 +134,7 @@ mod tests {
             ("t", "b", &[Medium::Disk]),
             ("t", "new", &[Medium::Cpu]),
         ]);
-        let events = difference(&held, &truth, "s", 1);
+        let events = difference(&held, &truth, &Changes::everything(), "s", 1);
         assert_eq!(events.len(), 3, "{events:?}");
         let kinds: Vec<_> = events
             .iter()
@@ -122,7 +147,67 @@ mod tests {
             result.apply(event).expect("an event the index takes");
         }
         assert_eq!(result, truth);
-        assert!(difference(&truth, &truth, "s", 1).is_empty());
+        assert!(difference(&truth, &truth, &Changes::everything(), "s", 1).is_empty());
+    }
+
+    /// The events as text, sorted: a difference's order within its removals and within its
+    /// stores follows hash maps.
+    fn sorted(events: &[Value]) -> Vec<String> {
+        let mut text: Vec<String> = events.iter().map(Value::to_string).collect();
+        text.sort();
+        text
+    }
+
+    #[test]
+    fn a_difference_compares_the_changed_objects_and_the_cleared_tenants_only() {
+        use Medium::{Cpu, Disk};
+        let held = index(&[
+            ("t", "a", &[Cpu]),
+            ("t", "same", &[Cpu]),
+            ("u", "x", &[Disk]),
+            ("u", "y", &[Cpu]),
+        ]);
+        let truth = index(&[
+            ("t", "a", &[Disk]),
+            ("t", "same", &[Cpu]),
+            ("t", "new", &[Cpu]),
+            ("u", "y", &[Cpu, Disk]),
+            ("u", "z", &[Cpu]),
+            ("v", "w", &[Cpu]),
+        ]);
+        let mut changes = Changes::default();
+        for (tenant, key) in [("t", "a"), ("t", "new"), ("v", "w"), ("u", "x")] {
+            let keys = changes.objects.entry(tenant.into()).or_default();
+            keys.insert(key.into());
+        }
+        changes.objects.remove(b"u".as_slice());
+        changes.cleared.insert(b"u".to_vec());
+        let events = difference(&held, &truth, &changes, "s", 1);
+        let full = difference(&held, &truth, &Changes::everything(), "s", 1);
+        assert_eq!(sorted(&events), sorted(&full));
+        assert_eq!(events.len(), 7, "{events:?}");
+        let mut result = held.clone();
+        for event in &events {
+            result.apply(event).expect("an event the index takes");
+        }
+        assert_eq!(result, truth);
+
+        // An object the changes do not name is not compared, however it differs.
+        let mut only_a = Changes::default();
+        only_a
+            .objects
+            .entry(b"t".to_vec())
+            .or_default()
+            .insert(b"a".to_vec());
+        let events = difference(&held, &truth, &only_a, "s", 1);
+        let kinds: Vec<_> = events
+            .iter()
+            .map(|e| mooncake_kv_events::wire::field(e, "event_type").cloned())
+            .collect();
+        assert_eq!(
+            kinds,
+            [Some(Value::from("removed")), Some(Value::from("stored"))]
+        );
     }
 
     #[test]

@@ -8,6 +8,10 @@ use crate::names::{object_key, token};
 use crate::nats::Nats;
 use serde::{Deserialize, Serialize};
 
+/// Entries one flush writes at most: the follower reads again between two flushes, however
+/// many objects a difference touched.
+const MAX_ENTRIES: usize = 16_384;
+
 /// What the positions' bucket says of a backend: the log message the objects' bucket
 /// reflects, and where that message left the log.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,8 +59,9 @@ pub(crate) fn reflected(nats: &Nats, backend: &str) -> Result<Reflected, String>
     }
 }
 
-/// Writes every dirty object's entry as `held` has it, then notes that the bucket reflects
-/// log message `last` (at `position`). Returns how many entries were written.
+/// Writes up to [`MAX_ENTRIES`] dirty objects' entries as `held` has them; when none is left
+/// dirty, notes that the bucket reflects log message `last` (at `position`). Returns how
+/// many entries were written.
 pub(crate) fn flush(
     nats: &Nats,
     backend: &str,
@@ -64,14 +69,17 @@ pub(crate) fn flush(
     last: u64,
     position: Option<Position>,
 ) -> Result<usize, String> {
-    let dirty = held.dirty();
+    let dirty = held.dirty(MAX_ENTRIES);
     let entries: Vec<(String, Option<String>)> = dirty
         .iter()
         .map(|(tenant, key)| (object_key(backend, tenant, key), held.entry(tenant, key)))
         .collect();
     let written = entries.len();
     nats.write(&nats.names().bucket, entries)?;
-    held.clean_through(last);
+    held.clean(&dirty);
+    if held.dirty_len() > 0 {
+        return Ok(written);
+    }
     let note = Reflected {
         stream_sequence: last,
         incarnation: position.map_or_else(String::new, |p| format!("{:016x}", p.incarnation)),

@@ -86,9 +86,16 @@ impl Held {
         }
     }
 
-    /// The dirty objects, and the stream sequence of the last message that touched any.
-    pub(crate) fn dirty(&self) -> Vec<Object> {
-        self.dirty.keys().cloned().collect()
+    /// At most `limit` of the dirty objects.
+    pub(crate) fn dirty(&self, limit: usize) -> Vec<Object> {
+        self.dirty.keys().take(limit).cloned().collect()
+    }
+
+    /// Forgets `objects`: their entries were written as the index has them.
+    pub(crate) fn clean(&mut self, objects: &[Object]) {
+        for object in objects {
+            self.dirty.remove(object);
+        }
     }
 
     /// How many objects are dirty.
@@ -177,7 +184,7 @@ mod tests {
         assert_eq!(held.dirty_len(), 2);
         assert_eq!(held.entry(b"t", b"a"), None);
         held.clean_through(1);
-        assert_eq!(held.dirty(), vec![(b"t".to_vec(), b"a".to_vec())]);
+        assert_eq!(held.dirty(10), vec![(b"t".to_vec(), b"a".to_vec())]);
         held.apply(&[event("cleared", "t", None)], 3);
         assert_eq!(
             held.dirty_len(),
@@ -185,6 +192,9 @@ mod tests {
             "the cleared tenant's objects are dirty"
         );
         assert!(held.index().is_empty());
+        let some = held.dirty(1);
+        held.clean(&some);
+        assert_eq!(held.dirty_len(), 1);
     }
 
     #[test]

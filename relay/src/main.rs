@@ -144,6 +144,7 @@ fn run(args: &args::Args) -> Result<(), String> {
     }
     let options = FollowOptions {
         rcvhwm: RCVHWM,
+        track_changes: true,
         ..FollowOptions::default()
     };
     let follower = Follower::new(upstreams, options)?;
@@ -189,8 +190,15 @@ fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), 
             next_status += args.every;
         }
     }
-    // What came last is written before the end, when the master and NATS allow.
-    let _ = relay.turn(Duration::ZERO).1;
+    // What came last is written before the end, when the master and NATS allow; the bucket
+    // takes a bounded number of entries a turn.
+    loop {
+        let before = relay.pending();
+        let written = relay.turn(Duration::ZERO).1.is_ok();
+        if !written || relay.pending() == 0 || relay.pending() >= before {
+            break;
+        }
+    }
     let _ = write!(err, "{}", status::line(relay, names, started.elapsed()));
     if relay.up_to_date() {
         Ok(())

@@ -10,7 +10,7 @@ use crate::log::{Appended, Entry, Log, Position};
 use crate::names::{diff_id, events_id, subject};
 use crate::nats::Nats;
 use crate::raw::{Raw, Run};
-use mooncake_kv_events::subscriber::{Follower, Notice};
+use mooncake_kv_events::subscriber::{Changes, Follower, Notice};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the master's messages the follower applied may be missing from the relay's own
@@ -58,6 +58,9 @@ pub(crate) struct Relay {
     nats: Nats,
     pub(crate) backend: String,
     held: Held,
+    /// Per publisher, the objects where the log may differ from its index: a difference
+    /// compares those only.
+    changes: Vec<Changes>,
     pub(crate) log: Log,
     following: Option<usize>,
     pub(crate) role: Role,
@@ -101,6 +104,7 @@ impl Relay {
         );
         log.read(&nats, &mut held)?;
         Ok(Relay {
+            changes: vec![Changes::everything(); follower.upstreams()],
             follower,
             raws,
             nats,
@@ -115,10 +119,11 @@ impl Relay {
         })
     }
 
-    /// One turn: waits up to `wait` on the master, then writes what the log lacks.
+    /// One turn: reads the master for up to `wait`, then writes what the log lacks.
     /// Returns the follower's notices; `Err` is a NATS failure, retried at the next turn.
     pub(crate) fn turn(&mut self, wait: Duration) -> (Vec<Notice>, Result<(), String>) {
         let notices = self.follower.poll(wait);
+        self.note_changes();
         for raw in &mut self.raws {
             raw.drain();
         }
@@ -139,6 +144,23 @@ impl Relay {
         (notices, outcome)
     }
 
+    /// Adds what the follower changed in each publisher's index to what may differ from the
+    /// log. Past as many objects as both hold, comparing everything costs less.
+    fn note_changes(&mut self) {
+        for (i, changes) in self.changes.iter_mut().enumerate() {
+            changes.merge(self.follower.take_changes(i));
+            let walk = self.held.index().objects() + self.follower.index(i).objects();
+            if changes.objects_len() > walk {
+                *changes = Changes::everything();
+            }
+        }
+    }
+
+    /// The log was read (another writer wrote it): it may differ from any index anywhere.
+    fn forget_changes(&mut self) {
+        self.changes.fill(Changes::everything());
+    }
+
     /// As a standby, follows what the writer writes; returns whether this relay writes now.
     fn stand_by(&mut self) -> Result<bool, String> {
         let Role::Standby { since, checked } = self.role else {
@@ -151,6 +173,7 @@ impl Relay {
         let mut since = since;
         if self.nats.last_on(&self.log.subject)? != self.log.last {
             self.log.read(&self.nats, &mut self.held)?;
+            self.forget_changes();
             // What the writer noted as in the bucket need not be written by this one.
             let reflected = bucket::reflected(&self.nats, &self.backend)?;
             self.held.clean_through(reflected.stream_sequence);
@@ -191,6 +214,12 @@ impl Relay {
         let (Some(incarnation), Some(sequence)) = (status.incarnation, status.sequence) else {
             return Ok(());
         };
+        // The log moves towards publisher `i`'s index, and away from the others'.
+        for (j, changes) in self.changes.iter_mut().enumerate() {
+            if j != i {
+                *changes = Changes::everything();
+            }
+        }
         match self.log.position {
             Some(p) if p.complete && p.incarnation == incarnation => {
                 self.raws[i].drop_through(p.sequence);
@@ -277,7 +306,13 @@ impl Relay {
     /// none: the log still notes the new position).
     fn difference(&mut self, i: usize, incarnation: u64, sequence: u64) -> Result<(), String> {
         let truth = self.follower.index(i);
-        let events = batch::difference(self.held.index(), truth, &self.backend, now_ms());
+        let events = batch::difference(
+            self.held.index(),
+            truth,
+            &self.changes[i],
+            &self.backend,
+            now_ms(),
+        );
         let total = events.len() as u64;
         let base = self.log.last;
         let mut parts: Vec<Vec<rmpv::Value>> =
@@ -307,6 +342,7 @@ impl Relay {
                 return Ok(());
             }
         }
+        self.changes[i] = Changes::default();
         self.counters.diffs += 1;
         self.counters.diff_events += total;
         self.raws[i].drop_through(sequence);
@@ -316,6 +352,7 @@ impl Relay {
     /// Another relay wrote the log meanwhile (or this one had, before a lost acknowledgement):
     /// it is read; with another writer, this relay stands by.
     fn lost(&mut self, raced: bool) {
+        self.forget_changes();
         if raced {
             let now = Instant::now();
             self.role = Role::Standby {
