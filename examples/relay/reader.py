@@ -4,10 +4,11 @@
     /usr/bin/python3 examples/relay/reader.py --nats nats://127.0.0.1:4222 \\
         --bucket kv-events --backend demo-store --dump index.jsonl
 
-It watches every key of the bucket (or of one backend): NATS first delivers the current value
-of each key, then every change, so the reader never asks the master anything and never needs
-a snapshot. Each value is the JSON object `kv-events mirror --dump` writes for one object
-(`{"tenant", "key", "media"}`); a deleted key is an object no longer present. On exit
+It watches every key of the bucket (or of one backend), as an ordered consumer of the bucket's
+stream: NATS first delivers the current value of each key, then every change, so the reader
+never asks the master anything and never needs a snapshot. Each value is the JSON object
+`kv-events mirror --dump` writes for one object (`{"tenant", "key", "media"}`); a deleted key
+is an object no longer present. On exit
 (`--duration`, SIGINT, SIGTERM) it writes what it holds as JSON lines, sorted by tenant then
 key, as `mirror --dump` does, and says on stderr how many objects it bootstrapped and how many
 changes it followed. Needs nats-py (`pip install nats-py`, see scripts/install-deps.sh).
@@ -43,6 +44,8 @@ def sort_key(line: dict):
 
 async def follow(args) -> dict:
     """The bucket's objects, key -> value, bootstrapped then followed until told to stop."""
+    from nats.js.api import DeliverPolicy
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -51,29 +54,49 @@ async def follow(args) -> dict:
         loop.call_later(args.duration, stop.set)
 
     client = await nats.connect(args.nats, max_reconnect_attempts=-1)
-    bucket = await client.jetstream().key_value(args.bucket)
+    js = client.jetstream()
+    prefix = f"$KV.{args.bucket}."
     keys = f"{token(args.backend.encode())}.>" if args.backend else ">"
-    watcher = await bucket.watch(keys)
-    objects, bootstrapped, changes = {}, None, 0
-    while not stop.is_set():
-        try:
-            entry = await asyncio.wait_for(watcher.updates(), timeout=0.2)
-        except asyncio.TimeoutError:
-            continue
-        if entry is None:  # the current values are all in: from here on, changes
-            bootstrapped = len(objects)
-            print(f"relay reader: bootstrapped {bootstrapped} objects", file=sys.stderr)
-            continue
-        if entry.operation in ("DEL", "PURGE"):
-            objects.pop(entry.key, None)
+    objects, state = {}, {"bootstrapped": None, "changes": 0}
+
+    def bootstrapped():
+        state["bootstrapped"] = len(objects)
+        print(f"relay reader: bootstrapped {len(objects)} objects", file=sys.stderr)
+
+    async def on_entry(msg):
+        key = msg.subject[len(prefix) :]
+        if msg.headers and msg.headers.get("KV-Operation") in ("DEL", "PURGE"):
+            objects.pop(key, None)
         else:
-            objects[entry.key] = json.loads(entry.value)
-        if bootstrapped is not None:
-            changes += 1
-    await watcher.stop()
+            objects[key] = msg.data  # JSON, decoded when written out
+        if state["bootstrapped"] is not None:
+            state["changes"] += 1
+        elif msg.metadata.num_pending == 0:  # the current values are all in
+            bootstrapped()
+
+    # What a key-value watch is, an ordered consumer of the bucket's stream from the last
+    # value of each key, without the watch's bounded queue: nats-py drops entries past it
+    # (a slow consumer) when a bucket of a million objects arrives at once.
+    sub = await js.subscribe(
+        prefix + keys,
+        stream=f"KV_{args.bucket}",
+        cb=on_entry,
+        ordered_consumer=True,
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        pending_msgs_limit=-1,
+        pending_bytes_limit=-1,
+    )
+    info = await sub.consumer_info()
+    if state["bootstrapped"] is None and info.num_pending == 0 and info.delivered.stream_seq == 0:
+        bootstrapped()  # an empty bucket
+    await stop.wait()
+    await sub.unsubscribe()
     await client.close()
-    print(f"relay reader: {len(objects)} objects, {changes} changes followed", file=sys.stderr)
-    return objects
+    print(
+        f"relay reader: {len(objects)} objects, {state['changes']} changes followed",
+        file=sys.stderr,
+    )
+    return {key: json.loads(value) for key, value in objects.items()}
 
 
 def main():
