@@ -7,10 +7,14 @@ use crate::log::Position;
 use crate::names::{object_key, token};
 use crate::nats::Nats;
 use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
 
-/// Entries one flush writes at most: the follower reads again between two flushes, however
-/// many objects a difference touched.
-const MAX_ENTRIES: usize = 16_384;
+/// Entries written together, their acknowledgements awaited together.
+const CHUNK: usize = 4096;
+/// How long one flush goes on writing chunks: the follower reads again between two
+/// flushes, however many objects a difference touched. Behind a master faster than the
+/// bucket, objects stay dirty meanwhile (each is written once, as it is when written).
+const BUDGET: Duration = Duration::from_millis(100);
 
 /// What the positions' bucket says of a backend: the log message the objects' bucket
 /// reflects, and where that message left the log.
@@ -59,9 +63,9 @@ pub(crate) fn reflected(nats: &Nats, backend: &str) -> Result<Reflected, String>
     }
 }
 
-/// Writes up to [`MAX_ENTRIES`] dirty objects' entries as `held` has them; when none is left
-/// dirty, notes that the bucket reflects log message `last` (at `position`). Returns how
-/// many entries were written.
+/// Writes dirty objects' entries as `held` has them, [`CHUNK`] at a time, for up to
+/// [`BUDGET`]; when none is left dirty, notes that the bucket reflects log message `last`
+/// (at `position`). Returns how many entries were written.
 pub(crate) fn flush(
     nats: &Nats,
     backend: &str,
@@ -69,16 +73,20 @@ pub(crate) fn flush(
     last: u64,
     position: Option<Position>,
 ) -> Result<usize, String> {
-    let dirty = held.dirty(MAX_ENTRIES);
-    let entries: Vec<(String, Option<String>)> = dirty
-        .iter()
-        .map(|(tenant, key)| (object_key(backend, tenant, key), held.entry(tenant, key)))
-        .collect();
-    let written = entries.len();
-    nats.write(&nats.names().bucket, entries)?;
-    held.clean(&dirty);
-    if held.dirty_len() > 0 {
-        return Ok(written);
+    let started = Instant::now();
+    let mut written = 0;
+    while held.dirty_len() > 0 {
+        if started.elapsed() >= BUDGET {
+            return Ok(written);
+        }
+        let dirty = held.dirty(CHUNK);
+        let entries: Vec<(String, Option<String>)> = dirty
+            .iter()
+            .map(|(tenant, key)| (object_key(backend, tenant, key), held.entry(tenant, key)))
+            .collect();
+        written += entries.len();
+        nats.write(&nats.names().bucket, entries)?;
+        held.clean(&dirty);
     }
     let note = Reflected {
         stream_sequence: last,

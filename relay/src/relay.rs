@@ -315,8 +315,12 @@ impl Relay {
         );
         let total = events.len() as u64;
         let base = self.log.last;
-        let mut parts: Vec<Vec<rmpv::Value>> =
-            events.chunks(MAX_EVENTS).map(<[_]>::to_vec).collect();
+        // Moved into the parts, not copied: a difference can hold millions of events.
+        let mut events = events.into_iter().peekable();
+        let mut parts: Vec<Vec<rmpv::Value>> = Vec::new();
+        while events.peek().is_some() {
+            parts.push(events.by_ref().take(MAX_EVENTS).collect());
+        }
         if parts.is_empty() {
             parts.push(Vec::new());
         }

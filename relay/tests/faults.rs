@@ -18,10 +18,12 @@ fn a_master_restarted_on_the_same_endpoints_is_a_difference_not_a_reset() {
     let log = dir.path("relay.log");
     let relay = master.relay(&nats, &log);
 
+    // Enough objects that the restart's difference reaches the bucket in several chunks of
+    // 4,096 entries, over several turns.
     let first = dir.path("first.json");
     assert_eq!(
         master
-            .demo(2000, 4000, 2.0, &first)
+            .demo(30_000, 30_000, 2.0, &first)
             .0
             .wait()
             .unwrap()
