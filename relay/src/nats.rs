@@ -4,7 +4,7 @@
 //! requests on a one-thread Tokio runtime, whose worker also keeps the connection alive
 //! (pings, reconnects) while the loop waits on ZeroMQ.
 
-use async_nats::jetstream::consumer::{pull, DeliverPolicy};
+use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::context::{Publish, PublishErrorKind};
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
@@ -16,6 +16,14 @@ use tokio::runtime::Runtime;
 /// How long a JetStream request may wait for its answer: a server that is down is noticed
 /// this late, and the write retried.
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// How long loading the bucket may wait for an answer or the next value: to start a
+/// consumer from the last value of each key, nats-server first finds them, which for
+/// millions of keys takes tens of seconds.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(120);
+/// Messages one fetch of a read asks for.
+const BATCH: usize = 4096;
+/// How long the server keeps a read's consumer after its last fetch.
+const INACTIVE: Duration = Duration::from_secs(60);
 /// The stream's duplicate window: a message id seen within it is written once.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 
@@ -61,6 +69,8 @@ pub(crate) enum Refused {
 pub(crate) struct Nats {
     runtime: Runtime,
     context: jetstream::Context,
+    /// Another connection, whose requests wait up to [`LOAD_TIMEOUT`].
+    loader: jetstream::Context,
     names: Names,
     stream: stream::Stream,
 }
@@ -85,7 +95,7 @@ impl Nats {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the NATS client's runtime: {e}"))?;
-        let (context, stream) = runtime.block_on(async {
+        let (context, loader, stream) = runtime.block_on(async {
             let client = async_nats::ConnectOptions::new()
                 .retry_on_initial_connect()
                 .connect(url)
@@ -93,12 +103,22 @@ impl Nats {
                 .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
             let mut context = jetstream::new(client);
             context.set_timeout(TIMEOUT);
+            // A connection of its own: JetStream requests wait as long as their client's
+            // request timeout says.
+            let loading = async_nats::ConnectOptions::new()
+                .request_timeout(Some(LOAD_TIMEOUT))
+                .connect(url)
+                .await
+                .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
+            let mut loader = jetstream::new(loading);
+            loader.set_timeout(LOAD_TIMEOUT);
             let stream = ensure(&context, &names).await?;
-            Ok::<_, String>((context, stream))
+            Ok::<_, String>((context, loader, stream))
         })?;
         Ok(Nats {
             runtime,
             context,
+            loader,
             names,
             stream,
         })
@@ -153,7 +173,7 @@ impl Nats {
         let policy = DeliverPolicy::ByStartSequence {
             start_sequence: after + 1,
         };
-        let messages = self.run(read_all(&self.stream, subject, policy))?;
+        let messages = self.run(read_all(&self.stream, subject, policy, TIMEOUT))?;
         Ok(messages
             .into_iter()
             .map(|m| Logged {
@@ -170,12 +190,12 @@ impl Nats {
         let bucket = &self.names.bucket;
         let values = self.run(async {
             let stream = self
-                .context
+                .loader
                 .get_stream(format!("KV_{bucket}"))
                 .await
                 .map_err(|e| failed("cannot open the bucket")(&e))?;
             let subject = format!("$KV.{bucket}.{prefix}>");
-            read_all(&stream, &subject, DeliverPolicy::LastPerSubject).await
+            read_all(&stream, &subject, DeliverPolicy::LastPerSubject, LOAD_TIMEOUT).await
         })?;
         Ok(values
             .into_iter()
@@ -277,43 +297,50 @@ fn is_deletion(headers: Option<&HeaderMap>) -> bool {
         .is_some_and(|op| matches!(op.as_str(), "DEL" | "PURGE"))
 }
 
-/// Every message an ordered consumer of `stream` filtered on `subject` and starting at
-/// `policy` delivers, until none is pending: with their stream sequences.
+/// Every message a consumer of `stream` filtered on `subject` and starting at `policy`
+/// delivers, until none is pending: with their stream sequences. A batch may take `wait`
+/// to come. A plain consumer fetched in batches, not an ordered one: an ordered consumer
+/// that hears nothing for seconds is made again with a timeout of 5 s, and a server
+/// finding the last value of millions of keys is silent longer than that.
 async fn read_all(
     stream: &stream::Stream,
     subject: &str,
     policy: DeliverPolicy,
+    wait: Duration,
 ) -> Result<Vec<(async_nats::Message, u64)>, String> {
     let consumer = stream
-        .create_consumer(pull::OrderedConfig {
+        .create_consumer(pull::Config {
             filter_subject: subject.to_owned(),
             deliver_policy: policy,
+            ack_policy: AckPolicy::None,
+            inactive_threshold: INACTIVE,
             ..Default::default()
         })
         .await
-        .map_err(|e| failed("cannot read the stream")(&e))?;
+        .map_err(|e| failed(&format!("cannot make a consumer of {subject}"))(&e))?;
     let mut pending = consumer.cached_info().num_pending;
     let mut out = Vec::with_capacity(usize::try_from(pending).unwrap_or(0));
-    if pending == 0 {
-        return Ok(out);
-    }
-    let mut messages = consumer
-        .messages()
-        .await
-        .map_err(|e| failed("cannot read the stream")(&e))?;
     while pending > 0 {
-        let next = tokio::time::timeout(TIMEOUT, messages.next()).await;
-        let message = match next {
-            Ok(Some(Ok(message))) => message,
-            Ok(Some(Err(e))) => return Err(format!("cannot read the stream: {e}")),
-            Ok(None) | Err(_) => return Err("the stream stopped delivering".into()),
-        };
-        let info = message
-            .info()
-            .map_err(|e| format!("a message without its stream sequence: {e}"))?;
-        pending = info.pending;
-        let sequence = info.stream_sequence;
-        out.push((message.message, sequence));
+        let mut batch = consumer
+            .fetch()
+            .max_messages(BATCH)
+            .expires(wait)
+            .messages()
+            .await
+            .map_err(|e| failed("cannot read the stream")(&e))?;
+        let before = out.len();
+        while let Some(message) = batch.next().await {
+            let message = message.map_err(|e| format!("cannot read the stream: {e}"))?;
+            let info = message
+                .info()
+                .map_err(|e| format!("a message without its stream sequence: {e}"))?;
+            pending = info.pending;
+            let sequence = info.stream_sequence;
+            out.push((message.message, sequence));
+        }
+        if out.len() == before {
+            return Err("the stream stopped delivering".into());
+        }
     }
     Ok(out)
 }
