@@ -54,7 +54,9 @@ async def follow(args) -> dict:
         loop.call_later(args.duration, stop.set)
 
     client = await nats.connect(args.nats, max_reconnect_attempts=-1)
-    js = client.jetstream()
+    # The server finds the last value of each key before it answers: for a bucket of
+    # millions of keys that takes longer than nats-py's default of 5 s.
+    js = client.jetstream(timeout=120)
     prefix = f"$KV.{args.bucket}."
     keys = f"{token(args.backend.encode())}.>" if args.backend else ">"
     objects, state = {}, {"bootstrapped": None, "changes": 0}
@@ -86,9 +88,13 @@ async def follow(args) -> dict:
         pending_msgs_limit=-1,
         pending_bytes_limit=-1,
     )
-    info = await sub.consumer_info()
-    if state["bootstrapped"] is None and info.num_pending == 0 and info.delivered.stream_seq == 0:
-        bootstrapped()  # an empty bucket
+    try:
+        info = await sub.consumer_info()
+        empty = info.num_pending == 0 and info.delivered.stream_seq == 0
+    except nats.js.errors.NotFoundError:
+        empty = False  # made again under another name, so with messages to deliver
+    if state["bootstrapped"] is None and empty:
+        bootstrapped()
     await stop.wait()
     await sub.unsubscribe()
     await client.close()
