@@ -195,7 +195,13 @@ impl Nats {
                 .await
                 .map_err(|e| failed("cannot open the bucket")(&e))?;
             let subject = format!("$KV.{bucket}.{prefix}>");
-            read_all(&stream, &subject, DeliverPolicy::LastPerSubject, LOAD_TIMEOUT).await
+            read_all(
+                &stream,
+                &subject,
+                DeliverPolicy::LastPerSubject,
+                LOAD_TIMEOUT,
+            )
+            .await
         })?;
         Ok(values
             .into_iter()
