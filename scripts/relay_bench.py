@@ -16,7 +16,10 @@ lingers, a new reader bootstraps from the bucket (examples/relay/reader.py, and 
 nats-py ordered consumer of the bucket's stream); then the demo exits (its --dump-index is
 compared with the bucket) and a second demo starts on the same endpoints: the relay's
 difference (events) and the time from that demo's first message to the log, then the
-bucket, in sync. `cost`: the same paced workload three ways, the demo's CPU time and RSS.
+bucket, in sync. `cost`: the same paced workload three ways, the demo's CPU time and RSS; the
+NATS readers (ordered consumers of the log, `--per-connection` to a connection, in `--procs`
+processes) until each has every message of the log, then the bucket against the demo's
+`--dump-index`; the 64 mirrors each from its own loopback address, each index against it.
 Needs nats-py, pyzmq and msgpack (scripts/install-deps.sh).
 """
 
@@ -504,7 +507,7 @@ async def _fast(url, bucket):
     from nats.js.api import DeliverPolicy
 
     client = await nats.connect(url)
-    js = client.jetstream()
+    js = client.jetstream(timeout=120)
     info = await js.stream_info(f"KV_{bucket}")
     start = time.monotonic()
     state = {"n": 0, "live": 0, "pending": None}
@@ -547,37 +550,69 @@ def fast_bootstrap(args):
 
 
 async def _readers(args):
-    """N ordered consumers of the log's subject in one process; counts until SIGTERM."""
+    """`--count` ordered consumers of the log's subjects, `--per-connection` of them on each
+    connection (one connection's outbound buffer in nats-server is bounded: past it the server
+    cuts the connection off as a slow consumer). Every 0.5 s, and at SIGTERM, writes to
+    `--status` the lowest and highest stream sequence a reader has received, the messages the
+    fewest and most received, and the stream's last sequence."""
     import asyncio
 
     import nats
 
-    client = await nats.connect(args.nats, pending_size=1 << 30)
-    js = client.jetstream()
-    counts = [0] * args.count
+    clients = [
+        await nats.connect(args.nats, pending_size=1 << 30)
+        for _ in range(-(-args.count // args.per_connection))
+    ]
+    seqs, counts = [0] * args.count, [0] * args.count
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
 
-    def counter(i):
+    def reader(i):
         async def cb(msg):
+            seqs[i] = msg.metadata.sequence.stream
             counts[i] += 1
 
         return cb
 
     for i in range(args.count):
-        await js.subscribe(
-            "kv-events.>",
-            stream="KV_EVENTS",
-            cb=counter(i),
-            ordered_consumer=True,
-            pending_msgs_limit=-1,
-            pending_bytes_limit=-1,
+        await (
+            clients[i // args.per_connection]
+            .jetstream()
+            .subscribe(
+                "kv-events.>",
+                stream="KV_EVENTS",
+                cb=reader(i),
+                ordered_consumer=True,
+                pending_msgs_limit=-1,
+                pending_bytes_limit=-1,
+            )
         )
-    Path(args.ready).write_text("ready\n")
-    await stop.wait()
-    await client.close()
-    print(json.dumps({"readers": args.count, "min": min(counts), "max": max(counts)}))
+    js = clients[0].jetstream()
+    status, tmp = Path(args.status), Path(str(args.status) + ".tmp")
+    while True:
+        last = (await js.stream_info("KV_EVENTS")).state.last_seq
+        tmp.write_text(
+            json.dumps(
+                {
+                    "readers": args.count,
+                    "connections": len(clients),
+                    "min_seq": min(seqs),
+                    "max_seq": max(seqs),
+                    "min_messages": min(counts),
+                    "max_messages": max(counts),
+                    "stream_last_seq": last,
+                }
+            )
+        )
+        tmp.replace(status)
+        if stop.is_set():
+            break
+        try:
+            await asyncio.wait_for(stop.wait(), 0.5)
+        except asyncio.TimeoutError:
+            pass
+    for c in clients:
+        await c.close()
 
 
 def readers(args):
@@ -599,37 +634,47 @@ def cost(args):
         if args.mode == "relay":
             extra += [("nats-server", Sampler(nats.pid)), ("relay", Sampler(relay.pid))]
             wait_until("the stream", 30, lambda: any(s for _, s in log.status()))
-            ready = b.dir / "readers.ready"
-            ready.unlink(missing_ok=True)
-            rd = b.procs.start(
-                [
-                    sys.executable,
-                    __file__,
-                    "readers",
-                    "--nats",
-                    b.nats_url,
-                    "--count",
-                    args.readers,
-                    "--ready",
-                    ready,
-                ],
-                stdout=subprocess.PIPE,
-            )
-            extra.append(("readers", Sampler(rd.pid)))
-            wait_until("the NATS readers", 120, ready.exists)
+            procs = []
+            for i in range(args.procs):
+                status = b.dir / f"readers-{i}.json"
+                status.unlink(missing_ok=True)
+                p = b.procs.start(
+                    [
+                        sys.executable,
+                        __file__,
+                        "readers",
+                        "--nats",
+                        b.nats_url,
+                        "--count",
+                        args.readers // args.procs,
+                        "--per-connection",
+                        args.per_connection,
+                        "--status",
+                        status,
+                    ]
+                )
+                procs.append((p, status))
+                extra.append((f"readers {i}", Sampler(p.pid)))
+            wait_until("the NATS readers", 300, lambda: all(s.exists() for _, s in procs))
             say(f"{args.readers} NATS readers subscribed")
         elif args.mode == "direct":
             mirrors = []
-            for _ in range(args.direct):
+            for i in range(args.direct):
+                # Each from its own loopback address, as readers on their own hosts: the
+                # publisher takes at most 64 connections from one address, and a mirror
+                # makes two.
+                source = f"tcp://127.0.0.{2 + i}:0;"
                 m = b.procs.start(
                     [
                         b.bin / "kv-events",
                         "mirror",
-                        b.pub,
+                        b.pub.replace("tcp://", source),
                         "--replay-endpoint",
-                        b.replay,
+                        b.replay.replace("tcp://", source),
                         "--every",
                         "1000",
+                        "--dump",
+                        b.dir / f"mirror-{i}.jsonl",
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -654,11 +699,42 @@ def cost(args):
         if args.mode == "direct":
             cpus = [s.last[0] for n, s in extra if s.last]
             res["mirrors"] = {"n": len(cpus), "cpu_s_total": round(sum(cpus), 1)}
+            for m in mirrors:
+                b.procs.stop(m)
+            equal = [
+                same_as_truth(b.dir / "demo.json", b.dir / f"mirror-{i}.jsonl")[0]
+                for i in range(len(mirrors))
+            ]
+            res["mirrors"]["equal_to_dump_index"] = sum(equal)
         if args.mode == "relay":
-            b.procs.stop(rd)
-            res["readers_received"] = json.loads(rd.stdout.read())
+            done = out.first("The workload is done")
+            wait_until("the relay's log", 600, lambda: synced(log.status()[-1][1], bucket=True))
+
+            def everyone():
+                st = [json.loads(s.read_text()) for _, s in procs]
+                return all(x["min_seq"] == x["stream_last_seq"] > 0 for x in st) and st
+
+            st = wait_until("every NATS reader to have the whole log", 1800, everyone, 0.1)
+            res["readers_have_the_whole_log_s_after_workload"] = round(time.monotonic() - done, 1)
+            res["readers_received"] = {
+                "readers": sum(x["readers"] for x in st),
+                "connections": sum(x["connections"] for x in st),
+                "messages_min": min(x["min_messages"] for x in st),
+                "messages_max": max(x["max_messages"] for x in st),
+                "stream_last_seq": st[0]["stream_last_seq"],
+            }
+            cpu, rss, hwm = proc_usage(nats.pid)
+            res["nats-server"] = {"cpu_s": cpu, "rss_mb": round(rss, 1), "hwm_mb": round(hwm, 1)}
+            readers_cpu = [proc_usage(p.pid) for p, _ in procs]
+            res["readers_cpu_s"] = round(sum(u[0] for u in readers_cpu if u), 1)
+            for p, _ in procs:
+                b.procs.stop(p)
             st = log.status()
             res["relay_status"] = st[-1][1] if st else None
+            bucket_dump(b, b.dir / "bucket.jsonl")
+            res["bucket_equals_dump_index"] = same_as_truth(
+                b.dir / "demo.json", b.dir / "bucket.jsonl"
+            )
         print(json.dumps(res, indent=1))
     finally:
         b.procs.stop_all()
@@ -694,6 +770,8 @@ def main():
         help="seconds the demo waits for its readers before the workload",
     )
     c.add_argument("--readers", type=int, default=1000)
+    c.add_argument("--procs", type=int, default=2, help="processes the NATS readers run in")
+    c.add_argument("--per-connection", type=int, default=25, help="NATS readers a connection")
     c.add_argument("--direct", type=int, default=64)
     c.set_defaults(run=cost)
     f = sub.add_parser("fast-bootstrap", help=argparse.SUPPRESS)
@@ -703,7 +781,8 @@ def main():
     r = sub.add_parser("readers", help=argparse.SUPPRESS)
     r.add_argument("--nats", required=True)
     r.add_argument("--count", type=int, default=1000)
-    r.add_argument("--ready", required=True)
+    r.add_argument("--per-connection", type=int, default=25)
+    r.add_argument("--status", required=True)
     r.set_defaults(run=readers)
     args = p.parse_args()
     args.run(args)
