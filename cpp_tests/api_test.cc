@@ -72,6 +72,8 @@ TEST(Config, DefaultsAreTheMasterFlagDefaults) {
   EXPECT_TRUE(c.emit_object_key);
   EXPECT_TRUE(c.emit_legacy_compat);
   EXPECT_EQ(c.queue_capacity, 65536u);
+  EXPECT_FALSE(c.reannounce_remaining);
+  EXPECT_EQ(c.non_utf8, "skip");
 }
 
 // The header's Config is expanded from the C API's list: kv_events_config_init's defaults and
@@ -112,8 +114,9 @@ void expect_zero(const kv::Stats& s) {
   EXPECT_EQ(s.send_failures, 0u);
   EXPECT_EQ(s.queue_depth, 0u);
   EXPECT_EQ(s.queue_capacity, 0u);
-  EXPECT_EQ(s.last_sequence, 0u);
+  EXPECT_EQ(s.next_sequence, 0u);
   EXPECT_EQ(s.refused_handshakes, 0u);
+  EXPECT_EQ(s.skipped_non_utf8_events, 0u);
 }
 
 TEST(Stats, DefaultIsDisabledAndZero) { expect_zero(kv::Stats{}); }
@@ -162,10 +165,10 @@ TEST(DisabledPublisher, StatusJsonIsOneObjectWithEveryStatsField) {
   const std::string json = kv::Publisher::create({})->status_json();
   EXPECT_EQ(json.front(), '{');
   EXPECT_EQ(json.back(), '}');
-  for (const char* key :
-       {"built_with_kv_events", "enabled", "published_batches", "published_events",
-        "dropped_events", "skipped_keyless_events", "cleared_suppressed", "send_failures",
-        "queue_depth", "queue_capacity", "last_sequence", "refused_handshakes"}) {
+  for (const char* key : {"built_with_kv_events", "enabled", "published_batches",
+                          "published_events", "dropped_events", "skipped_keyless_events",
+                          "cleared_suppressed", "send_failures", "queue_depth", "queue_capacity",
+                          "next_sequence", "refused_handshakes", "skipped_non_utf8_events"}) {
     EXPECT_NE(json.find(std::string("\"") + key + "\":"), std::string::npos) << key << json;
   }
 }

@@ -237,7 +237,7 @@ TEST(Stats, CountWhatWasPublished) {
   EXPECT_EQ(stats.send_failures, 0u);
   EXPECT_EQ(stats.queue_depth, 0u);
   EXPECT_EQ(stats.queue_capacity, 128u);
-  EXPECT_EQ(stats.last_sequence, batches.back().sequence);
+  EXPECT_EQ(stats.next_sequence, batches.back().sequence + 1);
 }
 
 TEST(Status, JsonHasEveryStatsFieldAndSaysEventsAreBuiltIn) {
@@ -249,7 +249,7 @@ TEST(Status, JsonHasEveryStatsFieldAndSaysEventsAreBuiltIn) {
        {"\"built_with_kv_events\":true", "\"enabled\":true", "\"published_batches\":1",
         "\"published_events\":1", "\"dropped_events\":0", "\"skipped_keyless_events\":0",
         "\"cleared_suppressed\":0", "\"send_failures\":0", "\"queue_capacity\":65536",
-        "\"last_sequence\":1"}) {
+        "\"next_sequence\":1"}) {
     EXPECT_NE(json.find(field), std::string::npos) << field << " in " << json;
   }
   EXPECT_NE(json.find("\"queue_depth\":"), std::string::npos) << json;
@@ -288,12 +288,12 @@ TEST(Shutdown, DestroyingThePublisherSendsWhatIsQueued) {
   for (int i = 0; i < 100; ++i) publisher->on_put_commit("t", std::to_string(i), "", kCpu);
   publisher.reset();
   uint64_t events = 0;
-  uint64_t sequence = 0;
+  uint64_t sequence = 0;  // the first message's
   while (events < 100) {
     const auto message = subscriber.receive(std::chrono::seconds(10));
     ASSERT_TRUE(message.has_value()) << "after " << events << " events";
     const Batch batch = parse(*message);
-    EXPECT_EQ(batch.sequence, ++sequence);
+    EXPECT_EQ(batch.sequence, sequence++);
     events += batch.events.size();
   }
   EXPECT_EQ(events, 100u);

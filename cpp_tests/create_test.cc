@@ -41,6 +41,21 @@ TEST(Create, AConfigStringThatIsNotUtf8IsInvalidArgumentNamingTheFlag) {
             std::string::npos);
 }
 
+TEST(Create, ANonUtf8ModeOtherThanSkipBinOrStrIsInvalidArgumentNamingTheFlag) {
+  for (const char* mode : {"latin1", "BIN", "skip "}) {
+    kv::Config config = enabled_config();
+    config.non_utf8 = mode;
+    const std::string message = create_error<std::invalid_argument>(config);
+    EXPECT_NE(message.find("kv_events_non_utf8"), std::string::npos) << mode << ": " << message;
+  }
+  for (const char* mode : {"skip", "bin", "str", ""}) {
+    kv::Config config = enabled_config();
+    config.non_utf8 = mode;
+    config.reannounce_remaining = true;
+    EXPECT_TRUE(kv::Publisher::create(config)->enabled()) << mode;
+  }
+}
+
 TEST(Create, AnUnparsableEndpointIsRuntimeErrorNamingIt) {
   kv::Config config = enabled_config();
   config.bind_endpoint = "not-an-endpoint";
@@ -91,6 +106,7 @@ TEST(Create, ADisabledConfigIsNeverRefused) {
   config.queue_capacity = 0;
   config.bind_endpoint = "not-an-endpoint";
   config.model_name = "\xff";
+  config.non_utf8 = "latin1";
   std::unique_ptr<kv::Publisher> publisher;
   ASSERT_NO_THROW(publisher = kv::Publisher::create(config));
   EXPECT_FALSE(publisher->enabled());
@@ -100,7 +116,7 @@ TEST(Create, AnEnabledConfigGivesAnEnabledPublisher) {
   const auto publisher = kv::Publisher::create(enabled_config());
   EXPECT_TRUE(publisher->enabled());
   EXPECT_TRUE(publisher->stats().enabled);
-  EXPECT_EQ(publisher->stats().last_sequence, 0u);
+  EXPECT_EQ(publisher->stats().next_sequence, 0u);  // the first message will be 0
 }
 
 }  // namespace

@@ -45,6 +45,8 @@ class Config(ctypes.Structure):
         ("replay_topic_frame", ctypes.c_bool),
         ("heartbeat_ms", ctypes.c_uint32),
         ("snapshot_max_requesters", ctypes.c_uint32),
+        ("reannounce_remaining", ctypes.c_bool),
+        ("non_utf8", ctypes.c_char_p),
     ]
 
 
@@ -83,6 +85,8 @@ def main():
 
     config = Config()
     lib.kv_events_config_init(ctypes.byref(config), ctypes.sizeof(config))
+    # The last fields of the list, with their defaults: the struct above is the header's.
+    assert config.non_utf8 == b"skip" and not config.reannounce_remaining, config.non_utf8
     config.enable_kv_events = True
     config.bind_endpoint = endpoint.encode()
     config.backend_id = b"python-store"
@@ -109,7 +113,7 @@ def main():
     assert sub.poll(10000), "no message arrived"
     topic, sequence, payload = sub.recv_multipart()
     timestamp, events, dp_rank = msgpack.unpackb(payload, raw=False)
-    assert topic == b"" and int.from_bytes(sequence, "big") == 1, (topic, sequence)
+    assert topic == b"" and int.from_bytes(sequence, "big") == 0, (topic, sequence)
     assert len(events) == 1, events
     event = events[0]
     expected = {

@@ -2,7 +2,10 @@
 // overlapping keys, through the reference model. A subscriber that applies the decoded stream to an
 // index keyed by (tenant, key, medium) must end with exactly the media the model holds; so must
 // each subscriber that joins mid-run with a snapshot (the model as the object source) and
-// then applies the stream after the snapshot's sequence.
+// then applies the stream from the snapshot's next sequence on. With `non_utf8 = skip` (the
+// default) that is the media the model holds for its objects whose strings are UTF-8: the one
+// key that is not is neither published nor in snapshots. With `bin` it is all of them; with
+// `reannounce_remaining` too, since a `stored` of a medium already held changes no index.
 
 #include <gtest/gtest.h>
 
@@ -75,7 +78,7 @@ const std::vector<std::string> kTenants{"", "tenant-a", "tenant-b"};
 std::vector<std::string> keys() {
   std::vector<std::string> out;
   for (int i = 0; i < 12; ++i) out.push_back("obj-" + std::to_string(i));
-  out.push_back(std::string("bin-\xff\xfe", 6));  // not UTF-8: a bin key on the wire
+  out.push_back(std::string("bin-\xff\xfe", 6));  // not UTF-8: skipped, or as bin on the wire
   return out;
 }
 
@@ -110,10 +113,17 @@ class Index {
   std::set<Holding> holdings_;
 };
 
-// The model's holdings as the wire names tenants.
-std::set<Holding> on_the_wire(const std::set<Holding>& holdings) {
+// What the publisher's config changes in what a subscriber should hold.
+struct Policy {
+  std::string non_utf8 = "skip";
+  bool reannounce_remaining = false;
+};
+
+// The model's holdings as the wire names tenants, less those the publisher skips.
+std::set<Holding> on_the_wire(const std::set<Holding>& holdings, const Policy& policy) {
   std::set<Holding> out;
   for (const auto& [tenant, key, medium] : holdings) {
+    if (policy.non_utf8 == "skip" && !(valid_utf8(tenant) && valid_utf8(key))) continue;
     out.emplace(tenant.empty() ? "default" : tenant, key, medium);
   }
   return out;
@@ -268,8 +278,8 @@ void run_thread(Master& master, Checkpoints& checkpoints, int thread, uint64_t s
 }
 
 // Compares the index with the model's holdings; returns whether they agree.
-bool agrees(const Index& index, const Master& master, int round) {
-  const std::set<Holding> expected = on_the_wire(master.holdings());
+bool agrees(const Index& index, const Master& master, int round, const Policy& policy) {
+  const std::set<Holding> expected = on_the_wire(master.holdings(), policy);
   if (index.holdings() == expected) return true;
   int shown = 0;
   for (const Holding& h : expected) {
@@ -285,11 +295,11 @@ bool agrees(const Index& index, const Master& master, int round) {
   return false;
 }
 
-// A subscriber that joins mid-run: the index of a snapshot, and the snapshot's sequence S,
-// after which it applies the stream.
+// A subscriber that joins mid-run: the index of a snapshot, and the snapshot's next sequence
+// N, from which on it applies the stream.
 struct LateJoiner {
   Index index;
-  uint64_t sequence = 0;
+  uint64_t next_sequence = 0;
   bool complete = false;
 };
 
@@ -304,7 +314,7 @@ LateJoiner take_snapshot(const std::string& endpoint) {
     if ((*reply)[1] == "snapshot") {
       for (const Value& event : body.as_array().at(1).as_array()) joiner.index.apply(event);
     } else if ((*reply)[1] == "snapshot-end") {
-      joiner.sequence = body.at("sequence").as_uint();
+      joiner.next_sequence = body.at("next_sequence").as_uint();
       joiner.complete = true;
       break;
     } else {
@@ -317,17 +327,21 @@ LateJoiner take_snapshot(const std::string& endpoint) {
 // The rounds after which a subscriber joins, while the master threads go on.
 constexpr int kJoinRounds[] = {3, 11, 20, 33};
 
-void run_workload(const master_model::Options& options, uint64_t seed) {
+void run_workload(const master_model::Options& options, uint64_t seed,
+                  const Policy& policy = Policy{}) {
   kv::Config config = enabled_config();
   config.queue_capacity = 1 << 20;  // no drops: the index must see every event
   config.replay_endpoint = unique_endpoint();
+  config.non_utf8 = policy.non_utf8;
+  config.reannounce_remaining = policy.reannounce_remaining;
   Session session(config);
   Master master(session.publisher(), options);
   session.publisher().set_object_source(
       [&master](std::optional<std::string_view> tenant, kv::Snapshot& snapshot) {
         master.add_objects(tenant, snapshot);
       });
-  // Subscribers that joined mid-run, each with the stream messages it applied so far.
+  // Subscribers that joined mid-run, each with the sequence of the next stream message it
+  // applies (0 before it applied any).
   std::vector<std::pair<LateJoiner, uint64_t>> joiners;
   Checkpoints checkpoints;
   std::vector<std::thread> threads;
@@ -338,7 +352,7 @@ void run_workload(const master_model::Options& options, uint64_t seed) {
   }
 
   Index index;
-  uint64_t batches = 0;
+  uint64_t next_sequence = 0;  // the first message's
   uint64_t events = 0;
   bool diverged = false;
   for (int round = 0; round < kRounds; ++round) {
@@ -351,24 +365,24 @@ void run_workload(const master_model::Options& options, uint64_t seed) {
     // accepted become durable first (erase-pending objects may already be cleared).
     if (options.ha) master.sync_oplog();
     for (const Batch& batch : session.collect()) {
-      EXPECT_EQ(batch.sequence, ++batches) << "a gap in the stream";
+      EXPECT_EQ(batch.sequence, next_sequence++) << "a gap in the stream";
       for (const Value& event : batch.events) index.apply(event);
       events += batch.events.size();
-      for (auto& [joiner, applied] : joiners) {
-        if (batch.sequence > joiner.sequence) {
-          EXPECT_EQ(batch.sequence, std::max(applied, joiner.sequence) + 1);
+      for (auto& [joiner, next] : joiners) {
+        if (batch.sequence >= joiner.next_sequence) {
+          EXPECT_EQ(batch.sequence, std::max(next, joiner.next_sequence));
           for (const Value& event : batch.events) joiner.index.apply(event);
-          applied = batch.sequence;
+          next = batch.sequence + 1;
         }
       }
     }
-    if (!diverged && !agrees(index, master, round)) diverged = true;
+    if (!diverged && !agrees(index, master, round, policy)) diverged = true;
     // Each late joiner, at every checkpoint after it joined: later operations would hide
     // what it got wrong.
     for (size_t j = 0; j < joiners.size() && !diverged; ++j) {
-      if (!agrees(joiners[j].first.index, master, round)) {
-        ADD_FAILURE() << "the subscriber that joined after round " << kJoinRounds[j] << " (S "
-                      << joiners[j].first.sequence << ")";
+      if (!agrees(joiners[j].first.index, master, round, policy)) {
+        ADD_FAILURE() << "the subscriber that joined after round " << kJoinRounds[j] << " (N "
+                      << joiners[j].first.next_sequence << ")";
         diverged = true;
       }
     }
@@ -391,14 +405,26 @@ void run_workload(const master_model::Options& options, uint64_t seed) {
   EXPECT_GT(index.stored_, 0u);
   EXPECT_GT(index.removed_, 0u);
   EXPECT_GT(index.cleared_, 0u);
+  if (policy.non_utf8 == "skip") {
+    EXPECT_GT(stats.skipped_non_utf8_events, 0u) << "the key that is not UTF-8 was never used";
+  } else {
+    EXPECT_EQ(stats.skipped_non_utf8_events, 0u);
+  }
   std::cout << "events: " << index.stored_ << " stored, " << index.removed_ << " removed, "
-            << index.cleared_ << " cleared (" << stats.cleared_suppressed
-            << " suppressed); final holdings " << index.holdings().size() << " in "
-            << master.object_count() << " objects\n";
+            << index.cleared_ << " cleared (" << stats.cleared_suppressed << " suppressed), "
+            << stats.skipped_non_utf8_events << " not UTF-8 skipped; final holdings "
+            << index.holdings().size() << " in " << master.object_count() << " objects\n";
 }
 
+// The default config: the key that is not UTF-8 is skipped, from every thread.
 TEST(MasterConcurrency, RandomOperationsReplayToTheModelsMedia) {
   run_workload(master_model::Options{}, 20240601);
+}
+
+TEST(MasterConcurrency, RandomOperationsWithReannounceRemainingReplayToTheModelsMedia) {
+  Policy policy;
+  policy.reannounce_remaining = true;
+  run_workload(master_model::Options{}, 20250101, policy);
 }
 
 TEST(MasterConcurrency, RandomOperationsUnderHaWithLogFailuresReplayToTheModelsMedia) {
@@ -412,7 +438,10 @@ TEST(MasterConcurrency, RandomOperationsUnderHaWithLogFailuresReplayToTheModelsM
            : n % 29 == 0 ? OplogFault::kAppend
                          : OplogFault::kNone;
   };
-  run_workload(options, 77);
+  // The key that is not UTF-8 published as bin.
+  Policy policy;
+  policy.non_utf8 = "bin";
+  run_workload(options, 77, policy);
 }
 
 }  // namespace

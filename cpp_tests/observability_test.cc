@@ -90,6 +90,9 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   publisher->on_put_commit("t", "", "", {Medium::kCpu});               // keyless
   publisher->on_remove_all(publisher->begin_remove_all(), "t", 0, 0);  // suppressed
   ASSERT_TRUE(publisher->flush(std::chrono::seconds(10)));
+  // Into the emptied queue, so that it is not dropped: skipped, one per event.
+  publisher->on_put_commit("t", std::string("k\xff", 2), "", {Medium::kCpu, Medium::kDisk});
+  ASSERT_TRUE(publisher->flush(std::chrono::seconds(10)));
   const kv::Stats stats = publisher->stats();
   const std::string text = publisher->metrics_text();
   const auto values = samples(text);
@@ -101,7 +104,7 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
   EXPECT_EQ(values.at(p + "skipped_keyless_events_total"), 1u);
   EXPECT_EQ(values.at(p + "cleared_suppressed_total"), 1u);
   EXPECT_EQ(values.at(p + "queue_capacity"), 4u);
-  EXPECT_EQ(values.at(p + "last_sequence"), stats.last_sequence);
+  EXPECT_EQ(values.at(p + "next_sequence"), stats.next_sequence);
   EXPECT_EQ(values.at(p + "refused_handshakes_total"), 0u);
   EXPECT_EQ(values.at(p + "connections_refused_total"), stats.connections_refused);
   EXPECT_EQ(values.at(p + "subscriptions_refused_total"), stats.subscriptions_refused);
@@ -113,6 +116,8 @@ TEST(Metrics, EveryCounterAgreesWithStats) {
             1u);
   EXPECT_EQ(values.at(p + "subscribers"), stats.subscribers);
   EXPECT_EQ(values.at(p + "invalid_media_calls_total"), 0u);
+  EXPECT_EQ(stats.skipped_non_utf8_events, 2u);
+  EXPECT_EQ(values.at(p + "skipped_non_utf8_events_total"), 2u);
   // The build: a sample whose labels name the versions and CURVE.
   const std::string build = p + "build_info{version=\"" +
                             std::to_string(MOONCAKE_KV_EVENTS_VERSION_MAJOR) + "." +

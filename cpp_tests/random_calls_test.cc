@@ -1,6 +1,8 @@
 // docs/spec.md section 3 under random calls from several threads at once: each thread makes a long,
 // seeded sequence of random calls with hostile bytes, and the decoded stream is checked against
-// a model of what each call emits.
+// a model of what each call emits, under each `non_utf8` mode (skip, the default: a call with a
+// string that is not UTF-8 publishes nothing and is counted; bin; str) and with
+// `reannounce_remaining`.
 //
 // Each thread tags its keys ("k<thread>/...") and owns a few tenants of its own for RemoveAll,
 // so that the events of one thread can be picked out of the stream and compared, in order, with
@@ -45,49 +47,27 @@ uint64_t env_or(const char* name, uint64_t fallback) {
   return value != nullptr && *value != '\0' ? std::strtoull(value, nullptr, 10) : fallback;
 }
 
-// What Rust's std::str::from_utf8 accepts, which decides `str` or `bin` on the wire: no overlong
-// forms, no surrogates, nothing above U+10FFFF.
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t length = 0;
-    unsigned char low = 0x80, high = 0xbf;  // the range of the second byte
-    if (c >= 0xc2 && c <= 0xdf) {
-      length = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      length = 3;
-      if (c == 0xe0) low = 0xa0;
-      if (c == 0xed) high = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      length = 4;
-      if (c == 0xf0) low = 0x90;
-      if (c == 0xf4) high = 0x8f;
-    } else {
-      return false;
-    }
-    if (s.size() - i < length) return false;
-    const unsigned char second = static_cast<unsigned char>(s[i + 1]);
-    if (second < low || second > high) return false;
-    for (size_t k = 2; k < length; ++k) {
-      const unsigned char next = static_cast<unsigned char>(s[i + k]);
-      if (next < 0x80 || next > 0xbf) return false;
-    }
-    i += length;
-  }
-  return true;
-}
-
 // Bytes for a failure message: printable, and cut short when long.
 std::string shown(const std::string& bytes) {
   std::string out = kv_events_test::printable(bytes.substr(0, 48));
   if (bytes.size() > 48) out += "...(" + std::to_string(bytes.size()) + " bytes)";
   return out;
 }
+
+// What the publisher's config changes in what each call emits.
+struct Policy {
+  std::string non_utf8 = "skip";      // "skip", "bin" or "str"
+  bool reannounce_remaining = false;  // a removal stores every medium left
+  bool emit_object_key = true;
+
+  bool skip() const { return non_utf8 == "skip"; }
+  kv::Config apply(kv::Config config) const {
+    config.non_utf8 = non_utf8;
+    config.reannounce_remaining = reannounce_remaining;
+    config.emit_object_key = emit_object_key;
+    return config;
+  }
+};
 
 // One event the model expects, with the fields a call decides.
 struct Expected {
@@ -118,14 +98,16 @@ std::string describe(const Value& event) {
          " group=" + (group.is_nil() ? std::string("nil") : shown(group.bytes()));
 }
 
-// Whether `value` carries exactly `bytes`, as `str` when they are UTF-8 and `bin` otherwise.
-bool same_bytes(const Value& value, const std::string& bytes) {
-  const Value::Type type = valid_utf8(bytes) ? Value::Type::kStr : Value::Type::kBin;
+// Whether `value` carries exactly `bytes`, as `str` when they are UTF-8 and otherwise as
+// `non_utf8` says (`bin`, or a `str` of the raw bytes).
+bool same_bytes(const Value& value, const std::string& bytes, const Policy& policy) {
+  const Value::Type type =
+      valid_utf8(bytes) || policy.non_utf8 == "str" ? Value::Type::kStr : Value::Type::kBin;
   return value.type() == type && value.bytes() == bytes;
 }
 
 // Why `event` is not `expected`; empty when it is.
-std::string mismatch(const Value& event, const Expected& expected) {
+std::string mismatch(const Value& event, const Expected& expected, const Policy& policy) {
   const Value* type = event.find("event_type");
   if (type == nullptr || type->type() != Value::Type::kStr || type->as_str() != expected.type) {
     return "event type";
@@ -137,16 +119,16 @@ std::string mismatch(const Value& event, const Expected& expected) {
   const auto& [legacy_type, keys] = kLegacy.at(expected.type);
   if (event.as_map().size() != keys) return "number of keys";
   if (event.at("type").as_str() != legacy_type) return "legacy type";
-  if (!same_bytes(event.at("tenant_id"), expected.tenant)) return "tenant_id";
+  if (!same_bytes(event.at("tenant_id"), expected.tenant, policy)) return "tenant_id";
   if (event.at("backend_id").as_str() != "store-a") return "backend_id";
   if (expected.type == "cleared") {
     if (!event.at("medium").is_nil()) return "medium";
     return "";
   }
   if (event.at("medium").as_str() != expected.medium) return "medium";
-  if (!same_bytes(event.at("object_key"), expected.key)) return "object_key";
+  if (!same_bytes(event.at("object_key"), expected.key, policy)) return "object_key";
   const Value& group = event.at("group_id");
-  if (expected.group.empty() ? !group.is_nil() : !same_bytes(group, expected.group)) {
+  if (expected.group.empty() ? !group.is_nil() : !same_bytes(group, expected.group, policy)) {
     return "group_id";
   }
   return "";
@@ -185,9 +167,9 @@ class Caller {
  public:
   // `alone`: no other thread begins scans, so none of this thread's can be forgotten and
   // every allowed `cleared` is required.
-  Caller(kv::Publisher& publisher, int thread, uint64_t seed, bool emit_object_key, bool alone)
+  Caller(kv::Publisher& publisher, int thread, uint64_t seed, const Policy& policy, bool alone)
       : publisher_(publisher),
-        emit_object_key_(emit_object_key),
+        policy_(policy),
         alone_(alone),
         rng_(seed * kThreads + static_cast<uint64_t>(thread)),
         tag_(tag_of(thread)),
@@ -206,6 +188,8 @@ class Caller {
 
   std::vector<Expected> expected;   // in call order
   uint64_t skipped_keyless = 0;     // stored/removed suppressed for an empty key
+  uint64_t skipped_non_utf8 = 0;    // events of calls with a string not UTF-8, under skip
+  uint64_t cleared_skipped = 0;     // of those, the allowed `cleared` of such tenants
   uint64_t invalid_media = 0;       // Put commits with no medium
   uint64_t remove_all_results = 0;  // on_remove_all calls
   uint64_t cleared_allowed = 0;     // of those, the ones the rules let emit `cleared`
@@ -311,7 +295,9 @@ class Caller {
       publisher_.on_medium_delta(m.tenant, m.key, m.group, m.before, m.after);
     }
     const MediumSet removed = minus(m.before, m.after);
-    const MediumSet stored = minus(m.after, m.before);
+    // With reannounce_remaining, a call that removes a medium stores every medium left.
+    const MediumSet stored =
+        policy_.reannounce_remaining && !removed.empty() ? m.after : minus(m.after, m.before);
     std::vector<Expected> events;
     for (const char* medium : media_of(removed)) {
       events.push_back({"removed", medium, wire_tenant(m.tenant), m.key, m.group, false, call});
@@ -319,15 +305,22 @@ class Caller {
     for (const char* medium : media_of(stored)) {
       events.push_back({"stored", medium, wire_tenant(m.tenant), m.key, m.group, false, call});
     }
-    if (m.key.empty() || !emit_object_key_) {
+    if (m.key.empty() || !policy_.emit_object_key) {
       skipped_keyless += events.size();
     } else if (!events.empty()) {
       ++records;
-      expected.insert(expected.end(), events.begin(), events.end());
-      // A call that adds a medium to an own tenant forbids `cleared` for it to every scan
-      // taken before. A keyless call emits no `stored`, so there is nothing for a `cleared` to
-      // wipe; docs/spec.md section 3 does not say whether it counts, and the model allows either.
-      if (!stored.empty()) last_added_[wire_tenant(m.tenant)] = call;
+      if (policy_.skip() && !(valid_utf8(m.tenant) && valid_utf8(m.key) && valid_utf8(m.group))) {
+        // Skipped by the publishing thread: nothing published, and nothing a `cleared`
+        // could wipe, so no obstacle to one either.
+        skipped_non_utf8 += events.size();
+      } else {
+        expected.insert(expected.end(), events.begin(), events.end());
+        // A call that adds a medium to an own tenant (a reannounced one too) forbids `cleared`
+        // for it to every scan taken before. A keyless call emits no `stored`, so there is
+        // nothing for a `cleared` to wipe; docs/spec.md section 3 does not say whether it
+        // counts, and the model allows either.
+        if (!stored.empty()) last_added_[wire_tenant(m.tenant)] = call;
+      }
     }
     last_ = m;
   }
@@ -367,6 +360,12 @@ class Caller {
       ++remove_all_results;
       if (removed == 0 || skipped != 0) continue;  // forbidden: the publisher must stay silent
       ++records;
+      if (policy_.skip() && !valid_utf8(tenant)) {
+        // Skipped by the publishing thread whatever the scan: counted, never suppressed.
+        ++skipped_non_utf8;
+        ++cleared_skipped;
+        continue;
+      }
       const auto added = last_added_.find(wire_tenant(tenant));
       if (token.first.id() == 0 || (added != last_added_.end() && added->second > token.second)) {
         continue;  // forbidden: no scan, or a medium was added since it began
@@ -382,7 +381,7 @@ class Caller {
   }
 
   kv::Publisher& publisher_;
-  const bool emit_object_key_;
+  const Policy policy_;
   const bool alone_;
   std::mt19937_64 rng_;
   const std::string tag_;
@@ -431,21 +430,22 @@ class Reader {
 struct Outcome {
   uint64_t events = 0;
   uint64_t cleared = 0;
+  uint64_t skipped_non_utf8 = 0;
 };
 
-// Runs `threads` callers of `calls` calls each against one publisher and checks the stream
-// against their models.
-Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_object_key) {
+// Runs `threads` callers of `calls` calls each against one publisher with `policy` and checks
+// the stream against their models.
+Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, const Policy& policy) {
   kv::Config config = enabled_config();
   config.queue_capacity = kCapacity;
-  config.emit_object_key = emit_object_key;
+  config = policy.apply(config);
   Session session(config);
   kv::Publisher& publisher = session.publisher();
 
   std::vector<Caller> callers;
   callers.reserve(threads);
   for (int t = 0; t < threads; ++t) {
-    callers.emplace_back(publisher, t, seed, emit_object_key, threads == 1);
+    callers.emplace_back(publisher, t, seed, policy, threads == 1);
   }
   Reader reader(session.subscriber());
   {
@@ -469,7 +469,7 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
   std::vector<size_t> batch_of;  // per event
   for (size_t b = 0; b < messages.size(); ++b) {
     const Batch batch = parse(messages[b]);
-    EXPECT_EQ(batch.sequence, b + 1) << "a gap before message " << b + 1;
+    EXPECT_EQ(batch.sequence, b) << "a gap before message " << b << " (the first is 0)";
     EXPECT_GE(batch.events.size(), 1u);
     EXPECT_LE(batch.events.size(), 64u);
     for (const Value& event : batch.events) {
@@ -511,11 +511,13 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
   // Each thread's events, in order, are its model's, and a call's events are adjacent in the
   // stream and in one message.
   uint64_t skipped_keyless = 0, remove_all_results = 0, cleared_allowed = 0, records = 0;
-  uint64_t invalid_media = 0;
+  uint64_t invalid_media = 0, skipped_non_utf8 = 0, cleared_skipped = 0;
   for (int t = 0; t < threads; ++t) {
     SCOPED_TRACE("thread " + std::to_string(t));
     const Caller& caller = callers[t];
     skipped_keyless += caller.skipped_keyless;
+    skipped_non_utf8 += caller.skipped_non_utf8;
+    cleared_skipped += caller.cleared_skipped;
     invalid_media += caller.invalid_media;
     remove_all_results += caller.remove_all_results;
     cleared_allowed += caller.cleared_allowed;
@@ -527,7 +529,7 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
     bool failed = false;
     for (size_t e = 0; e < expected.size(); ++e) {
       const std::string why =
-          a < actual.size() ? mismatch(events[actual[a]], expected[e]) : "end of stream";
+          a < actual.size() ? mismatch(events[actual[a]], expected[e], policy) : "end of stream";
       if (why.empty()) {
         position[e] = actual[a++];
       } else if (!expected[e].optional) {
@@ -560,16 +562,21 @@ Outcome run_and_check(uint64_t seed, int threads, uint64_t calls, bool emit_obje
   EXPECT_EQ(stats.send_failures, 0u);
   EXPECT_EQ(stats.published_events, events.size());
   EXPECT_EQ(stats.skipped_keyless_events, skipped_keyless);
+  EXPECT_EQ(stats.skipped_non_utf8_events, skipped_non_utf8);
   EXPECT_EQ(stats.invalid_media_calls, invalid_media);
   EXPECT_LE(outcome.cleared, cleared_allowed);
-  EXPECT_EQ(stats.cleared_suppressed, remove_all_results - outcome.cleared);
+  EXPECT_EQ(stats.cleared_suppressed, remove_all_results - outcome.cleared - cleared_skipped);
+  outcome.skipped_non_utf8 = skipped_non_utf8;
   std::printf(
-      "random_calls_test: %d threads x %llu calls: %llu events in %llu messages, "
-      "%llu keyless skipped, %llu of %llu allowed cleared emitted, %llu suppressed\n",
-      threads, static_cast<unsigned long long>(calls),
+      "random_calls_test: %d threads x %llu calls, non_utf8=%s%s: %llu events in %llu messages, "
+      "%llu keyless skipped, %llu not UTF-8 skipped, %llu of %llu allowed cleared emitted, "
+      "%llu suppressed\n",
+      threads, static_cast<unsigned long long>(calls), policy.non_utf8.c_str(),
+      policy.reannounce_remaining ? ", reannounce_remaining" : "",
       static_cast<unsigned long long>(events.size()),
       static_cast<unsigned long long>(messages.size()),
       static_cast<unsigned long long>(skipped_keyless),
+      static_cast<unsigned long long>(skipped_non_utf8),
       static_cast<unsigned long long>(outcome.cleared),
       static_cast<unsigned long long>(cleared_allowed),
       static_cast<unsigned long long>(stats.cleared_suppressed));
@@ -583,31 +590,74 @@ uint64_t seed() {
 
 uint64_t calls_per_thread() { return env_or("KV_EVENTS_RANDOM_CALLS", kDefaultCallsPerThread); }
 
-TEST(RandomCalls, SeveralThreadsGetExactlyWhatTheModelExpects) {
+// Prints and records the seed, for a failure to be reproduced.
+void announce_seed() {
   std::printf("random_calls_test: KV_EVENTS_RANDOM_SEED=%llu\n",
               static_cast<unsigned long long>(seed()));
-  RecordProperty("seed", std::to_string(seed()));
+  ::testing::Test::RecordProperty("seed", std::to_string(seed()));
+}
+
+Policy with_non_utf8(const char* mode) {
+  Policy policy;
+  policy.non_utf8 = mode;
+  return policy;
+}
+
+// The default config: calls with a string that is not UTF-8 are skipped, from every thread.
+TEST(RandomCalls, SeveralThreadsGetExactlyWhatTheModelExpects) {
+  announce_seed();
   SCOPED_TRACE("KV_EVENTS_RANDOM_SEED=" + std::to_string(seed()));
-  const Outcome outcome = run_and_check(seed(), kThreads, calls_per_thread(), true);
+  const Outcome outcome = run_and_check(seed(), kThreads, calls_per_thread(), Policy{});
   EXPECT_GT(outcome.events, 0u);
+  EXPECT_GT(outcome.skipped_non_utf8, 0u) << "no call with a string that is not UTF-8";
   // Hundreds of allowed results, each from a scan a few calls old: for none of them to emit,
   // 64 other scans would have to begin inside every one of those windows.
   EXPECT_GT(outcome.cleared, 0u) << "no allowed RemoveAll result emitted `cleared`";
 }
 
-TEST(RandomCalls, OneThreadGetsEveryAllowedCleared) {
-  std::printf("random_calls_test: KV_EVENTS_RANDOM_SEED=%llu\n",
-              static_cast<unsigned long long>(seed()));
+TEST(RandomCalls, SeveralThreadsWithNonUtf8AsBinGetExactlyWhatTheModelExpects) {
+  announce_seed();
   SCOPED_TRACE("KV_EVENTS_RANDOM_SEED=" + std::to_string(seed()));
-  const Outcome outcome = run_and_check(seed(), 1, calls_per_thread(), true);
+  const Outcome outcome = run_and_check(seed(), kThreads, calls_per_thread(), with_non_utf8("bin"));
+  EXPECT_GT(outcome.events, 0u);
+  EXPECT_EQ(outcome.skipped_non_utf8, 0u);
+  EXPECT_GT(outcome.cleared, 0u);
+}
+
+TEST(RandomCalls, SeveralThreadsWithNonUtf8AsStrGetExactlyWhatTheModelExpects) {
+  announce_seed();
+  SCOPED_TRACE("KV_EVENTS_RANDOM_SEED=" + std::to_string(seed()));
+  const Outcome outcome = run_and_check(seed(), kThreads, calls_per_thread(), with_non_utf8("str"));
+  EXPECT_GT(outcome.events, 0u);
+  EXPECT_EQ(outcome.skipped_non_utf8, 0u);
+  EXPECT_GT(outcome.cleared, 0u);
+}
+
+// A reannounced `stored` travels with its call's `removed` and counts as an addition for
+// RemoveAll: the model says which `cleared` that forbids.
+TEST(RandomCalls, SeveralThreadsWithReannounceRemainingGetExactlyWhatTheModelExpects) {
+  announce_seed();
+  SCOPED_TRACE("KV_EVENTS_RANDOM_SEED=" + std::to_string(seed()));
+  Policy policy;
+  policy.reannounce_remaining = true;
+  const Outcome outcome = run_and_check(seed(), kThreads, calls_per_thread(), policy);
+  EXPECT_GT(outcome.events, 0u);
+  EXPECT_GT(outcome.cleared, 0u);
+}
+
+TEST(RandomCalls, OneThreadGetsEveryAllowedCleared) {
+  announce_seed();
+  SCOPED_TRACE("KV_EVENTS_RANDOM_SEED=" + std::to_string(seed()));
+  const Outcome outcome = run_and_check(seed(), 1, calls_per_thread(), Policy{});
   EXPECT_GT(outcome.cleared, 0u);
 }
 
 TEST(RandomCalls, WithoutObjectKeysOnlyClearedIsPublished) {
-  std::printf("random_calls_test: KV_EVENTS_RANDOM_SEED=%llu\n",
-              static_cast<unsigned long long>(seed()));
+  announce_seed();
   SCOPED_TRACE("KV_EVENTS_RANDOM_SEED=" + std::to_string(seed()));
-  const Outcome outcome = run_and_check(seed(), 2, calls_per_thread() / 4, false);
+  Policy policy;
+  policy.emit_object_key = false;
+  const Outcome outcome = run_and_check(seed(), 2, calls_per_thread() / 4, policy);
   EXPECT_EQ(outcome.events, outcome.cleared);
 }
 

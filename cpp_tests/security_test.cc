@@ -156,7 +156,7 @@ TEST(Security, AnAdmittedCurveSubscriberReadsTheStream) {
                                       {Medium::kDisk});
   const std::vector<Batch> batches = session.collect();
   ASSERT_FALSE(batches.empty());
-  EXPECT_EQ(batches.front().sequence, 1u);
+  EXPECT_EQ(batches.front().sequence, 0u);
   EXPECT_EQ(summaries(events_of(batches)),
             (std::vector<std::string>{"stored cpu k1", "stored disk k1", "removed cpu k1"}));
   EXPECT_EQ(session.publisher().stats().refused_handshakes, 0u);

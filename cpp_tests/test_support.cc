@@ -78,6 +78,41 @@ std::vector<Value> events_of(const std::vector<Batch>& batches) {
   return events;
 }
 
+bool valid_utf8(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;  // the range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      length = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      length = 3;
+      if (c == 0xe0) low = 0xa0;
+      if (c == 0xed) high = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      length = 4;
+      if (c == 0xf0) low = 0x90;
+      if (c == 0xf4) high = 0x8f;
+    } else {
+      return false;
+    }
+    if (s.size() - i < length) return false;
+    const unsigned char second = static_cast<unsigned char>(s[i + 1]);
+    if (second < low || second > high) return false;
+    for (size_t k = 2; k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(s[i + k]);
+      if (next < 0x80 || next > 0xbf) return false;
+    }
+    i += length;
+  }
+  return true;
+}
+
 std::string printable(const std::string& bytes) {
   std::string out;
   for (unsigned char c : bytes) {

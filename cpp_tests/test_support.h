@@ -82,6 +82,11 @@ class Session {
 // The events of `batches`, in stream order.
 std::vector<Value> events_of(const std::vector<Batch>& batches);
 
+// Whether `s` is UTF-8 as Rust's std::str::from_utf8 accepts it (no overlong forms, no
+// surrogates, nothing above U+10FFFF), which decides whether a string is published as is or as
+// `non_utf8` says.
+bool valid_utf8(const std::string& s);
+
 // `bytes` with every byte that is not printable ASCII (and the backslash) written as \xNN.
 std::string printable(const std::string& bytes);
 

@@ -67,7 +67,7 @@ std::vector<Value> one_of_each(const kv::Config& config) {
   return events;
 }
 
-TEST(WireFormat, EveryMessageIsThreeFramesEmptyTopicAndSequenceFromOne) {
+TEST(WireFormat, EveryMessageIsThreeFramesEmptyTopicAndSequenceFromZero) {
   Session session;
   for (int i = 0; i < 5; ++i) {
     session.publisher().on_put_commit("t", "key-" + std::to_string(i), "", kCpu);
@@ -80,10 +80,11 @@ TEST(WireFormat, EveryMessageIsThreeFramesEmptyTopicAndSequenceFromOne) {
     ASSERT_EQ(b.frames.size(), 3u);
     EXPECT_TRUE(b.frames[0].empty());
     ASSERT_EQ(b.frames[1].size(), 8u);
-    EXPECT_EQ(b.sequence, i + 1) << "big-endian u64, first message 1, then +1";
-    EXPECT_EQ(static_cast<unsigned char>(b.frames[1][7]), i + 1);
+    EXPECT_EQ(b.sequence, i) << "big-endian u64, first message 0, then +1";
+    EXPECT_EQ(static_cast<unsigned char>(b.frames[1][7]), i);
   }
-  EXPECT_EQ(session.publisher().stats().last_sequence, 5u);
+  // Messages 0 to 4 taken: the next is 5.
+  EXPECT_EQ(session.publisher().stats().next_sequence, 5u);
 }
 
 TEST(WireFormat, PayloadIsTimestampEventsAndDpRank) {
@@ -113,7 +114,7 @@ TEST(WireFormat, BatchesHoldOneTo64EventsAndEventIdsCountFromOneWithoutGaps) {
   }
   const std::vector<Batch> batches = session.collect();
   uint64_t next_id = 1;
-  uint64_t next_sequence = 1;
+  uint64_t next_sequence = 0;  // the first message's
   for (const Batch& b : batches) {
     EXPECT_GE(b.events.size(), 1u);
     EXPECT_LE(b.events.size(), 64u);
@@ -286,7 +287,9 @@ TEST(WireFormat, EmptyObjectKeySuppressesStoredAndRemoved) {
 }
 
 TEST(WireFormat, KeysThatAreNotUtf8ArriveAsBinByteForByte) {
-  Session session;
+  kv::Config config = enabled_config();
+  config.non_utf8 = "bin";
+  Session session(config);
   const std::string key("\xff\xfe\x00obj\xc3(", 8);
   const std::string tenant("ten\x80", 4);
   const std::string group("\xe2\x82", 2);
@@ -296,6 +299,93 @@ TEST(WireFormat, KeysThatAreNotUtf8ArriveAsBinByteForByte) {
   EXPECT_EQ(events[0].at("object_key").as_bin(), key);
   EXPECT_EQ(events[0].at("tenant_id").as_bin(), tenant);
   EXPECT_EQ(events[0].at("group_id").as_bin(), group);
+}
+
+TEST(WireFormat, KeysThatAreNotUtf8AreSkippedByDefaultCountedPerEventAndTakeNoSequence) {
+  Session session;  // non_utf8 = "skip", the default
+  kv::Publisher& p = session.publisher();
+  // Each call flushed on its own: one that were published would be a message of its own.
+  p.on_put_commit("t", "a", "g", kCpu);
+  ASSERT_TRUE(p.flush(std::chrono::seconds(10)));
+  p.on_put_commit("t", std::string("k\xff", 2), "g", kBoth);  // a key: 2 events
+  ASSERT_TRUE(p.flush(std::chrono::seconds(10)));
+  p.on_medium_delta(std::string("t\xc3", 2), "k", "g", kCpu, kDisk);  // a tenant: 2
+  ASSERT_TRUE(p.flush(std::chrono::seconds(10)));
+  p.on_put_commit("t", "k", std::string("\x80", 1), kDisk);  // a group: 1
+  ASSERT_TRUE(p.flush(std::chrono::seconds(10)));
+  p.on_remove_all(p.begin_remove_all(), std::string("u\xfe", 2), 1, 0);  // its cleared: 1
+  ASSERT_TRUE(p.flush(std::chrono::seconds(10)));
+  p.on_put_commit("t", "b", "g", kCpu);
+  const std::vector<Batch> batches = session.collect();
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].sequence, 0u);
+  EXPECT_EQ(batches[1].sequence, 1u) << "the skipped calls took no sequence number";
+  EXPECT_EQ(summaries(events_of(batches)),
+            (std::vector<std::string>{"stored cpu a", "stored cpu b"}));
+  const kv::Stats stats = p.stats();
+  EXPECT_EQ(stats.skipped_non_utf8_events, 6u);
+  EXPECT_EQ(stats.published_events, 2u);
+  EXPECT_EQ(stats.next_sequence, 2u);
+  EXPECT_EQ(stats.cleared_suppressed, 0u) << "skipped, not suppressed";
+  EXPECT_EQ(stats.dropped_events, 0u);
+}
+
+TEST(WireFormat, KeysThatAreNotUtf8ArriveAsStrOfTheirRawBytesAloneInTheirMessage) {
+  kv::Config config = enabled_config();
+  config.non_utf8 = "str";
+  Session session(config);
+  kv::Publisher& p = session.publisher();
+  const std::string key("\xff\xfe\x00obj\xc3(", 8);
+  const std::string tenant("ten\x80", 4);
+  const std::string group("\xe2\x82", 2);
+  // As fast as they come: the publishing thread would batch them together.
+  p.on_put_commit("t", "a", "g", kCpu);
+  p.on_put_commit(tenant, key, group, kBoth);
+  p.on_put_commit("t", "b", "g", kCpu);
+  const std::vector<Batch> batches = session.collect();
+  int alone = 0;
+  for (const Batch& b : batches) {
+    for (const Value& event : b.events) {
+      if (event.at("object_key").bytes() != key) continue;
+      ++alone;
+      EXPECT_EQ(b.events.size(), 2u) << "the call's two events, alone";
+      EXPECT_EQ(event.at("object_key").type(), Type::kStr);
+      EXPECT_EQ(event.at("object_key").as_str(), key);
+      EXPECT_EQ(event.at("tenant_id").as_str(), tenant);
+      EXPECT_EQ(event.at("group_id").as_str(), group);
+      EXPECT_TRUE(event.at("object_key").minimal());
+    }
+  }
+  EXPECT_EQ(alone, 2);
+  EXPECT_EQ(summaries(events_of(batches)),
+            (std::vector<std::string>{"stored cpu a", "stored cpu " + printable(key),
+                                      "stored disk " + printable(key), "stored cpu b"}));
+  EXPECT_EQ(p.stats().skipped_non_utf8_events, 0u);
+}
+
+TEST(WireFormat, ReannounceRemainingStoresTheMediaLeftAfterARemovalInTheSameMessage) {
+  for (const bool reannounce : {false, true}) {
+    SCOPED_TRACE(reannounce ? "reannounce_remaining" : "default");
+    kv::Config config = enabled_config();
+    config.reannounce_remaining = reannounce;
+    Session session(config);
+    kv::Publisher& p = session.publisher();
+    p.on_medium_delta("t", "k", "g", kBoth, kDisk);
+    ASSERT_TRUE(p.flush(std::chrono::seconds(10)));
+    p.on_medium_delta("t", "k", "g", kDisk, {});  // the last medium: nothing left to store
+    ASSERT_TRUE(p.flush(std::chrono::seconds(10)));
+    p.on_medium_delta("t", "k", "g", kCpu, kBoth);  // nothing removed: disk alone
+    const std::vector<Batch> batches = session.collect();
+    ASSERT_EQ(batches.size(), 3u);
+    const std::vector<std::string> first = summaries(batches[0].events);
+    if (reannounce) {
+      EXPECT_EQ(first, (std::vector<std::string>{"removed cpu k", "stored disk k"}));
+    } else {
+      EXPECT_EQ(first, std::vector<std::string>{"removed cpu k"});
+    }
+    EXPECT_EQ(summaries(batches[1].events), std::vector<std::string>{"removed disk k"});
+    EXPECT_EQ(summaries(batches[2].events), std::vector<std::string>{"stored disk k"});
+  }
 }
 
 TEST(WireFormat, EmbeddedNulsArriveUnchanged) {
@@ -338,18 +428,18 @@ TEST(WireFormat, SequenceGapsAccountForEveryDroppedEvent) {
   session.publisher().on_put_commit("t", "last", "", kCpu);
   const std::vector<Batch> batches = session.collect();
   const kv::Stats stats = session.publisher().stats();
-  uint64_t previous = 0;
+  uint64_t next = 0;  // the sequence a message takes when nothing was dropped before it
   uint64_t gaps = 0;
   uint64_t received = 0;
   for (const Batch& b : batches) {
-    ASSERT_GT(b.sequence, previous);
-    gaps += b.sequence - previous - 1;
-    previous = b.sequence;
+    ASSERT_GE(b.sequence, next);
+    gaps += b.sequence - next;
+    next = b.sequence + 1;
     received += b.events.size();
   }
   EXPECT_EQ(received + stats.dropped_events, static_cast<uint64_t>(kCalls) + 1);
   EXPECT_EQ(gaps, stats.dropped_events);
-  EXPECT_EQ(stats.last_sequence, previous);
+  EXPECT_EQ(stats.next_sequence, next);
 }
 
 }  // namespace

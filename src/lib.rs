@@ -1,13 +1,13 @@
 //! The KV event publisher of Mooncake's metadata master.
 //!
-//! The master calls a [`Publisher`] whenever an object becomes readable or stops being
+//! The master calls a `Publisher` whenever an object becomes readable or stops being
 //! readable on a logical medium (`cpu` or `disk`); the publisher turns those calls into
 //! `stored`, `removed` and `cleared` events and publishes them, in msgpack batches, on a
 //! ZeroMQ PUB socket from its own thread, so that KV-aware routers and indexers can follow
 //! what the store holds. docs/spec.md is the contract; docs/design.md maps this crate.
 //!
 //! The rooms, each with its contract in its module documentation:
-//! - `config`: the flags, validated once into [`Settings`] (key files read there);
+//! - `config`: the flags, validated once into `Settings` (key files read there);
 //! - `publisher`: the handle, the queue and the string pool, the state the callers share
 //!   with the publishing thread, the RemoveAll rule, the publishing thread;
 //! - [`wire`]: the wire format, encoded and decoded;
@@ -60,7 +60,7 @@ mod transport {
 pub mod wire;
 
 #[cfg(feature = "publisher")]
-pub use config::{Config, Settings};
+pub use config::{Config, NonUtf8, Settings};
 #[cfg(feature = "publisher")]
 pub use error::CreateError;
 pub use event::EventKind;

@@ -40,9 +40,10 @@ mod bridge {
         pub queue_depth: u64,
         /// How many calls' events the queue holds before dropping the oldest.
         pub queue_capacity: u64,
-        /// The last transport sequence taken: by the last message sent, or by the events
-        /// dropped since it (the gap the next message shows); 0 before any.
-        pub last_sequence: u64,
+        /// The transport sequence the next message takes: every number below it was taken,
+        /// by a message sent or by the events dropped since (the gap the next message shows);
+        /// 0 before any, since the first message is 0.
+        pub next_sequence: u64,
         /// Subscriber handshakes refused since creation: a key or address not on an allow-list,
         /// no CURVE or CURVE against a plain publisher, a CURVE handshake that does not decrypt
         /// (the wrong server key). One per handshake; a refused subscriber that retries adds one
@@ -77,7 +78,8 @@ mod bridge {
         pub replays_abandoned: u64,
         /// Bytes of payloads the replay buffer holds now.
         pub replay_buffer_bytes: u64,
-        /// The oldest sequence a replay can send now; 0 when the buffer is empty.
+        /// The oldest sequence a replay can send now; `next_sequence` when the buffer is
+        /// empty, 0 without a replay socket.
         pub replay_oldest_sequence: u64,
         /// Snapshots sent whole, each ended by its `snapshot-end`.
         pub snapshots_served: u64,
@@ -104,6 +106,9 @@ mod bridge {
         /// Messages with no event sent after `kv_events_heartbeat_ms` without a message
         /// (not counted in `published_batches`).
         pub heartbeats: u64,
+        /// Events not published because their tenant, key or group is not UTF-8 and
+        /// `kv_events_non_utf8` is `skip`; they took no sequence number.
+        pub skipped_non_utf8_events: u64,
     }
 }
 
@@ -220,8 +225,8 @@ stats_fields! {
     send_failures, counter, callers, "Messages the socket refused.";
     queue_depth, gauge, given, "Calls whose events wait in the queue.";
     queue_capacity, gauge, given, "Calls the queue holds before dropping the oldest.";
-    last_sequence, gauge, callers,
-        "Last transport sequence taken: by a message, or by events dropped since.";
+    next_sequence, gauge, callers,
+        "Transport sequence of the next message; every number below it was taken.";
     refused_handshakes, counter, peers,
         "Subscriber handshakes refused: not on an allow-list, wrong mechanism, wrong CURVE key.";
     incarnation, info, given,
@@ -241,7 +246,7 @@ stats_fields! {
     replays_abandoned, counter, peers, "Replays given up because the requester stopped reading.";
     replay_buffer_bytes, gauge, peers, "Bytes of payloads the replay buffer holds.";
     replay_oldest_sequence, gauge, peers,
-        "Oldest sequence a replay can send; 0 when the buffer is empty.";
+        "Oldest sequence a replay can send; the next sequence when the buffer is empty.";
     snapshots_served, counter, peers, "Snapshots sent whole on the replay socket.";
     snapshots_abandoned, counter, peers,
         "Snapshots given up because the requester stopped reading or the publisher stopped.";
@@ -255,6 +260,8 @@ stats_fields! {
     replay_bytes_in_flight, gauge, peers,
         "Bytes of replayed messages not yet written to their requesters.";
     heartbeats, counter, callers, "Messages with no event sent after a silence.";
+    skipped_non_utf8_events, counter, callers,
+        "Events not published: a tenant, key or group not UTF-8 with kv_events_non_utf8=skip.";
 }
 
 impl Counters {

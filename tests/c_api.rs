@@ -125,7 +125,8 @@ const RELEASED_STATS: [&str; 25] = [
     "send_failures",
     "queue_depth",
     "queue_capacity",
-    "last_sequence",
+    // In the place of the released `last_sequence`, one above it: the first message is 0.
+    "next_sequence",
     "refused_handshakes",
     "incarnation",
     "connections",

@@ -117,12 +117,12 @@ fn replaying(topic_frame: bool, messages: usize) -> (Publisher, String) {
     (publisher, replay)
 }
 
-/// Asks `replay` for a replay from sequence 1 and reads every reply up to and including
-/// the end, raw.
-fn replay_from_1(replay: &str) -> Vec<Vec<Vec<u8>>> {
+/// Asks `replay` for a replay from sequence 0, the first message's, and reads every reply up
+/// to and including the end, raw.
+fn replay_from_0(replay: &str) -> Vec<Vec<Vec<u8>>> {
     let dealer = dealer(replay);
     dealer
-        .send_multipart([&b""[..], &1u64.to_be_bytes()], 0)
+        .send_multipart([&b""[..], &0u64.to_be_bytes()], 0)
         .unwrap();
     let mut replies = Vec::new();
     loop {
@@ -138,13 +138,13 @@ fn replay_from_1(replay: &str) -> Vec<Vec<Vec<u8>>> {
 #[test]
 fn replayed_messages_have_the_live_frames_and_end_as_vllm_ends_them() {
     let (_publisher, replay) = replaying(true, 3);
-    let replies = replay_from_1(&replay);
+    let replies = replay_from_0(&replay);
     assert_eq!(replies.len(), 4);
     for (i, frames) in replies[..3].iter().enumerate() {
         assert_eq!(frames.len(), 4, "{frames:?}");
         assert_eq!(frames[0], b"");
         assert_eq!(frames[1], TOPIC);
-        assert_eq!(frames[2], (i as u64 + 1).to_be_bytes());
+        assert_eq!(frames[2], (i as u64).to_be_bytes());
         let key = format!("k{i}");
         assert_eq!(
             batch(&frames[3])[1][0]["object_key"].as_str(),
@@ -159,12 +159,12 @@ fn replayed_messages_have_the_live_frames_and_end_as_vllm_ends_them() {
 #[test]
 fn without_the_topic_frame_replies_are_the_older_form() {
     let (_publisher, replay) = replaying(false, 2);
-    let replies = replay_from_1(&replay);
+    let replies = replay_from_0(&replay);
     assert_eq!(replies.len(), 3);
     for (i, frames) in replies[..2].iter().enumerate() {
         assert_eq!(frames.len(), 3, "{frames:?}");
         assert_eq!(frames[0], b"");
-        assert_eq!(frames[1], (i as u64 + 1).to_be_bytes());
+        assert_eq!(frames[1], (i as u64).to_be_bytes());
         batch(&frames[2]);
     }
     let end: [&[u8]; 3] = [b"", &(-1i64).to_be_bytes(), b""];
@@ -177,7 +177,7 @@ fn a_heartbeat_after_a_silence_shows_a_lost_tail_as_a_gap() {
         heartbeat_ms: 100,
         ..config("")
     });
-    // Sent before anyone subscribed: lost for the subscriber that comes next.
+    // Sent before anyone subscribed, as sequence 0: lost for the subscriber that comes next.
     publisher.on_put_commit("t", "lost", "", CPU);
     assert!(publisher.flush(Duration::from_secs(10)));
     let socket = sub(&endpoint, b"");
@@ -185,7 +185,7 @@ fn a_heartbeat_after_a_silence_shows_a_lost_tail_as_a_gap() {
     assert_eq!(frames[0], b"");
     let sequence = u64::from_be_bytes(frames[1].clone().try_into().unwrap());
     assert!(
-        sequence >= 2,
+        sequence >= 1,
         "the heartbeat took the next sequence: {sequence}"
     );
     let heartbeat = batch(&frames[2]);
@@ -348,7 +348,7 @@ fn llm_d_routers_replay_consumer_joins_fills_gaps_and_follows_a_restart() {
     let mut consumer = LlmdConsumer::new(&endpoint, &replay, b"kv@");
     let frames = first_message(&publisher, &consumer.sub);
     consumer.on_live(&frames);
-    assert_eq!(consumer.handed.first(), Some(&1), "{:?}", consumer.handed);
+    assert_eq!(consumer.handed.first(), Some(&0), "{:?}", consumer.handed);
     // A burst the SUB socket cannot hold (a receive buffer of one message): gaps, each
     // filled by a replay from the last sequence handed on.
     for call in 0..3000 {
@@ -356,16 +356,16 @@ fn llm_d_routers_replay_consumer_joins_fills_gaps_and_follows_a_restart() {
     }
     assert!(publisher.flush(Duration::from_secs(10)));
     consumer.read(Duration::from_millis(500));
-    let last = publisher.stats().last_sequence;
-    assert_eq!(consumer.handed, (1..=last).collect::<Vec<_>>());
+    let next = publisher.stats().next_sequence;
+    assert_eq!(consumer.handed, (0..next).collect::<Vec<_>>());
     assert!(consumer.replays >= 2, "the burst left no gap to replay");
-    // The master restarts on the same endpoints: the sequence goes back to 1.
+    // The master restarts on the same endpoints: the sequence goes back to 0.
     drop(publisher);
     let publisher = llmd_publisher(&endpoint, &replay);
     let frames = first_message(&publisher, &consumer.sub);
     consumer.on_live(&frames);
     consumer.read(Duration::from_millis(500));
     assert_eq!(consumer.resets, 1);
-    let last = publisher.stats().last_sequence;
-    assert_eq!(consumer.handed, (1..=last).collect::<Vec<_>>());
+    let next = publisher.stats().next_sequence;
+    assert_eq!(consumer.handed, (0..next).collect::<Vec<_>>());
 }

@@ -191,7 +191,7 @@ fn sequences_event_ids_and_timestamps_follow_the_wire_rules() {
     assert!(batches.len() >= 7);
     let mut next_id = 1u64;
     for (n, batch) in batches.iter().enumerate() {
-        assert_eq!(batch.sequence, n as u64 + 1, "sequence");
+        assert_eq!(batch.sequence, n as u64, "sequence: the first is 0");
         let expected = if n == 0 {
             Continuity::First { missed: 0 }
         } else {
@@ -224,15 +224,27 @@ fn sequences_event_ids_and_timestamps_follow_the_wire_rules() {
         (stats.published_events, stats.published_batches),
         (400, batches.len() as u64)
     );
-    assert_eq!(stats.last_sequence, batches.len() as u64);
+    assert_eq!(stats.next_sequence, batches.len() as u64);
 }
 
 #[test]
 fn integers_and_strings_take_their_smallest_encoding() {
+    // A key that is not UTF-8 goes out as `bin` or as a `str` of its raw bytes, each in its
+    // smallest form too.
+    for non_utf8 in ["bin", "str"] {
+        smallest_encoding_with(non_utf8);
+    }
+}
+
+fn smallest_encoding_with(non_utf8: &str) {
     // Re-encoding what rmpv decoded writes every integer, string and container header in its
     // smallest form; the bytes on the wire must already be exactly that.
     let endpoint = common::endpoint();
-    let publisher = Publisher::create(&config(&endpoint)).unwrap();
+    let publisher = Publisher::create(&Config {
+        non_utf8: non_utf8.into(),
+        ..config(&endpoint)
+    })
+    .unwrap();
     let context = zmq::Context::new();
     let socket = context.socket(zmq::SUB).unwrap();
     socket.set_subscribe(b"").unwrap();
@@ -247,25 +259,50 @@ fn integers_and_strings_take_their_smallest_encoding() {
     // must already be in its smallest encoding.
     socket.set_rcvtimeo(10_000).unwrap();
     let mut events = Vec::new();
+    // The first message is 0.
     let mut sequence = 0u64;
     while events.len() < 4 {
         let frames = socket.recv_multipart(0).unwrap();
-        sequence += 1;
         assert_eq!(frames.len(), 3);
         assert!(frames[0].is_empty());
         assert_eq!(frames[1], sequence.to_be_bytes());
+        sequence += 1;
         let value = rmpv::decode::read_value(&mut &frames[2][..]).unwrap();
         let mut reencoded = Vec::new();
         rmpv::encode::write_value(&mut reencoded, &value).unwrap();
+        if non_utf8 == "str" {
+            // rmpv writes a str that is not UTF-8 as a bin; the wire has the smallest str.
+            reencoded = replaced(&reencoded, b"\xc4\x02\xff\x00", b"\xa2\xff\x00");
+        }
         assert_eq!(reencoded, frames[2]);
         assert!(value[0].is_u64() && value[2].is_u64());
         events.extend(value[1].as_array().unwrap().iter().cloned());
     }
     assert_eq!(events.len(), 4);
-    assert_eq!(
-        field(&events[1], "object_key"),
-        Some(&Value::Binary(vec![0xff, 0]))
-    );
+    let key = field(&events[1], "object_key");
+    match non_utf8 {
+        "bin" => assert_eq!(key, Some(&Value::Binary(vec![0xff, 0]))),
+        _ => assert!(
+            matches!(key, Some(Value::String(s)) if s.as_bytes() == [0xff, 0] && s.as_str().is_none()),
+            "{key:?}"
+        ),
+    }
+}
+
+/// `bytes` with each occurrence of `from` replaced by `to`.
+fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        if rest.starts_with(from) {
+            out.extend_from_slice(to);
+            rest = &rest[from.len()..];
+        } else {
+            out.push(rest[0]);
+            rest = &rest[1..];
+        }
+    }
+    out
 }
 
 #[test]
@@ -368,7 +405,10 @@ fn keyless_calls_are_counted_not_sent_and_cleared_still_goes_out() {
 
 #[test]
 fn bytes_that_are_not_utf8_arrive_unchanged_as_bin() {
-    let (publisher, mut sub) = connected(config(""));
+    let (publisher, mut sub) = connected(Config {
+        non_utf8: "bin".into(),
+        ..config("")
+    });
     let key = b"k\0\xff\xfe".to_vec();
     let tenant = b"t\xc3".to_vec();
     let group = b"\x80g".to_vec();
@@ -385,8 +425,18 @@ fn bytes_that_are_not_utf8_arrive_unchanged_as_bin() {
 fn strings_on_either_side_of_what_a_queue_slot_holds_arrive_unchanged() {
     // A call's strings ride inside its queue record up to 104 bytes in all, in a pooled block
     // up to 256 and in a heap block beyond (1 KiB keys among them); the wire must not tell
-    // them apart.
-    let (publisher, mut sub) = connected(config(""));
+    // them apart. Most groups are not UTF-8: they arrive byte for byte as `bin`, or as a
+    // `str` of the raw bytes.
+    for non_utf8 in ["bin", "str"] {
+        strings_around_a_queue_slot_with(non_utf8);
+    }
+}
+
+fn strings_around_a_queue_slot_with(non_utf8: &str) {
+    let (publisher, mut sub) = connected(Config {
+        non_utf8: non_utf8.into(),
+        ..config("")
+    });
     let calls: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = (0..=24)
         .map(|i| (i, 92 + i))
         .chain((0..=24).map(|i| (i, 244 + i)))
@@ -402,10 +452,17 @@ fn strings_on_either_side_of_what_a_queue_slot_holds_arrive_unchanged() {
         publisher.on_medium_delta(tenant, key, group, MediumSet::EMPTY, CPU);
     }
     let got = events(&read_events(&publisher, &mut sub, calls.len()));
-    let bytes = |event: &Value, name: &str| match field(event, name) {
-        Some(Value::String(s)) => s.as_bytes().to_vec(),
-        Some(Value::Binary(b)) => b.clone(),
-        other => panic!("{name}: {other:?}"),
+    // The bytes of a field, checked to be a `str` when they are UTF-8 or the mode is `str`,
+    // a `bin` otherwise.
+    let bytes = |event: &Value, name: &str| {
+        let (bytes, is_str) = match field(event, name) {
+            Some(Value::String(s)) => (s.as_bytes().to_vec(), true),
+            Some(Value::Binary(b)) => (b.clone(), false),
+            other => panic!("{name}: {other:?}"),
+        };
+        let utf8 = std::str::from_utf8(&bytes).is_ok();
+        assert_eq!(is_str, utf8 || non_utf8 == "str", "{name} as {non_utf8}");
+        bytes
     };
     for ((tenant, key, group), event) in calls.iter().zip(&got) {
         assert_eq!(bytes(event, "object_key"), *key);

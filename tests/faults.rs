@@ -75,7 +75,7 @@ fn a_stalled_subscriber_slows_neither_the_caller_nor_other_subscribers() {
     assert_eq!(stats.published_events, 2 * calls as u64, "{stats:?}");
     // The reader reads to the end. Its own ZeroMQ buffer may lose a message on a loaded
     // machine; that shows as a gap, never as a silent loss.
-    let batches = read_through(&mut reader, stats.last_sequence);
+    let batches = read_through(&mut reader, stats.next_sequence - 1);
     let received: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
     assert_eq!(gaps(&batches) + received, 2 * calls as u64);
 
@@ -90,7 +90,7 @@ fn a_stalled_subscriber_slows_neither_the_caller_nor_other_subscribers() {
         sequences.extend(std::iter::from_fn(|| stalled.recv_multipart(0).ok()).map(sequence_of));
         publisher.on_put_commit("t", "after-the-stall", "", BOTH);
         assert!(publisher.flush(Duration::from_secs(10)));
-        let probe = publisher.stats().last_sequence;
+        let probe = publisher.stats().next_sequence - 1;
         stalled.set_rcvtimeo(10_000).unwrap();
         while let Ok(frames) = stalled.recv_multipart(0) {
             sequences.push(sequence_of(frames));
@@ -104,7 +104,7 @@ fn a_stalled_subscriber_slows_neither_the_caller_nor_other_subscribers() {
     }
     assert_eq!(
         sequences.last(),
-        Some(&publisher.stats().last_sequence),
+        Some(&(publisher.stats().next_sequence - 1)),
         "the stalled subscriber reads again"
     );
     assert!(
@@ -131,6 +131,8 @@ fn a_subscriber_that_reconnects_learns_that_it_missed_messages() {
     let mut again = subscribe(&endpoint);
     publisher.on_put_commit("t", "after", "", CPU);
     let batches = read_events(&publisher, &mut again, 1);
+    // "before" was 0 and "while-away" 1: "after", 2, has two before it.
+    assert_eq!(batches[0].sequence, 2);
     assert_eq!(batches[0].continuity, Continuity::First { missed: 2 });
     assert_eq!(
         field(&batches[0].events[0], "object_key"),
@@ -149,12 +151,12 @@ fn many_subscribers_see_the_same_stream() {
     let streams: Vec<Vec<u64>> = subscribers
         .iter_mut()
         .map(|sub| {
-            let batches = read_through(sub, publisher.stats().last_sequence);
+            let batches = read_through(sub, publisher.stats().next_sequence - 1);
             batches.iter().map(|b| b.sequence).collect()
         })
         .collect();
     assert!(streams.iter().all(|s| s == &streams[0]));
-    assert_eq!(streams[0].first(), Some(&1));
+    assert_eq!(streams[0].first(), Some(&0));
     assert_eq!(publisher.stats().published_events, 1000);
 }
 
@@ -173,7 +175,11 @@ fn binding_one_endpoint_twice_in_one_process_is_refused() {
 
 #[test]
 fn hostile_input_is_forwarded_losslessly_or_counted() {
-    let (publisher, mut sub) = connected(config(""));
+    // Strings that are not UTF-8 forwarded byte for byte, as `bin`.
+    let (publisher, mut sub) = connected(Config {
+        non_utf8: "bin".into(),
+        ..config("")
+    });
     let huge = vec![0xffu8; 1 << 20];
     let nul = b"a\0b".to_vec();
     publisher.on_put_commit(&huge, &huge, &huge, CPU); // 1 MiB each, not UTF-8

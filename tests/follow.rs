@@ -196,7 +196,7 @@ fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
         "{notices:?}"
     );
     eprintln!("restart, silent: converged in {took:?}");
-    // Now it publishes: the sequences start again from 1 and follow on.
+    // Now it publishes: the sequences start again from 0 and follow on.
     model.churn(&publisher, 5, 2000, 500);
     flush(&publisher);
     converge(&mut follower, 0, &model, WITHIN);
@@ -278,7 +278,8 @@ fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
     )
     .unwrap();
     thread::sleep(Duration::from_millis(300));
-    // A snapshot gets replies of the wrong shape, then an empty snapshot at S = 9; any other
+    // A snapshot gets replies of the wrong shape, then an empty snapshot that the stream
+    // applies on from sequence 10; any other
     // request gets an info that is not msgpack.
     let wrong_replies = [
         vec![b"x".to_vec(), b"y".to_vec()],
@@ -289,7 +290,7 @@ fn malformed_messages_from_a_stray_publisher_are_counted_and_skipped() {
     rmpv::encode::write_value(
         &mut end,
         &rmpv::Value::Map(vec![
-            ("sequence".into(), 9u64.into()),
+            ("next_sequence".into(), 10u64.into()),
             ("objects".into(), 0u64.into()),
             ("events".into(), 0u64.into()),
             ("incarnation".into(), 7u64.into()),
@@ -442,7 +443,7 @@ fn a_burst_during_the_join_is_held_and_one_snapshot_is_enough() {
     let counters = burst_during_the_join(FollowOptions::default().max_buffered_bytes);
     assert_eq!(counters.snapshots, 1, "{counters:?}");
     assert_eq!(counters.overflowed, 0, "{counters:?}");
-    // What came after the snapshot's sequence was held, then applied.
+    // What came from the snapshot's next sequence on was held, then applied.
     assert!(counters.events > 0, "{counters:?}");
 }
 

@@ -101,7 +101,7 @@ fn an_admitted_subscriber_receives_the_plain_stream_byte_for_byte() {
     );
     assert_eq!(plain.len(), 201, "one message per call");
     let sequences: Vec<&[u8]> = curve.iter().map(|m| m[1].as_slice()).collect();
-    assert_eq!(sequences[0], 1u64.to_be_bytes(), "the first sequence is 1");
+    assert_eq!(sequences[0], 0u64.to_be_bytes(), "the first sequence is 0");
     assert_eq!(without_timestamps(curve), without_timestamps(plain));
 }
 

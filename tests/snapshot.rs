@@ -1,6 +1,6 @@
-//! Snapshots on the replay socket: what a subscriber that applies one, then the stream after
-//! its sequence, ends up holding, compared with the master's truth; and what the socket does
-//! with requests it cannot serve.
+//! Snapshots on the replay socket: what a subscriber that applies one, then the stream from
+//! its next sequence on, ends up holding, compared with the master's truth; and what the
+//! socket does with requests it cannot serve.
 
 use kv_events_testing as common;
 
@@ -214,18 +214,18 @@ fn random_media(rng: &mut Rng) -> MediumSet {
 /// What a subscriber that joined with a snapshot ended with.
 #[derive(Debug, PartialEq, Eq)]
 enum Joined {
-    /// It applied every message after S with no gap, and `info` says none came after: its
+    /// It applied every message from N on with no gap, and `info` says none came after: its
     /// index equals the master's objects.
     Exact,
-    /// It saw a gap after S (or `info` says the end was lost): it knows to take another.
+    /// It saw a gap from N on (or `info` says the end was lost): it knows to take another.
     Gap,
 }
 
 /// A subscriber joins while three threads keep changing the master: it takes a snapshot,
-/// then applies the stream after the snapshot's sequence. Either it sees a gap, or it ends
-/// with exactly the master's objects; nothing else is allowed. In a `flood`, the threads
-/// change the master flat out and stop as the request leaves, so that events are dropped
-/// around the moment the snapshot takes its sequence.
+/// then applies the stream from the snapshot's next sequence N on. Either it sees a gap, or
+/// it ends with exactly the master's objects; nothing else is allowed. In a `flood`, the
+/// threads change the master flat out and stop as the request leaves, so that events are
+/// dropped around the moment the snapshot takes its next sequence.
 fn join_while_changing(seed: u64, queue_capacity: u32, flood: bool) -> Joined {
     let (pub_endpoint, replay_endpoint) = (tcp_endpoint(), tcp_endpoint());
     let master = Master::new(
@@ -239,7 +239,7 @@ fn join_while_changing(seed: u64, queue_capacity: u32, flood: bool) -> Joined {
     for _ in 0..300 {
         master.set(random_object(&mut rng), random_media(&mut rng));
     }
-    // The stream first, so that nothing after the snapshot's sequence is missed.
+    // The stream first, so that nothing from the snapshot's next sequence on is missed.
     let sub = raw_subscriber(&pub_endpoint, None);
     joined(&master, &sub);
 
@@ -276,35 +276,36 @@ fn join_while_changing(seed: u64, queue_capacity: u32, flood: bool) -> Joined {
 
     let mut index = Index::default();
     index.apply(&events);
-    let s = end["sequence"].as_u64().unwrap();
+    let n = end["next_sequence"].as_u64().unwrap();
     assert_eq!(end["events"].as_u64().unwrap(), events.len() as u64);
     assert_eq!(
         end["incarnation"].as_u64().unwrap(),
         master.publisher.stats().incarnation
     );
     assert!(end["tenant"].is_nil());
-    let mut last = s;
+    // The sequence the index needs next.
+    let mut next = n;
     for message in common::raw_messages(&sub, Duration::from_millis(500)) {
         let message = decode_message(&message).unwrap();
-        if message.sequence <= s {
+        if message.sequence < n {
             continue;
         }
-        if message.sequence != last + 1 {
+        if message.sequence != next {
             return Joined::Gap;
         }
-        last = message.sequence;
+        next = message.sequence + 1;
         index.apply(&message.events);
     }
     replay.send_multipart([&b""[..], b"info"], 0).unwrap();
     let info = rmpv::decode::read_value(&mut &replay.recv_multipart(0).unwrap()[2][..]).unwrap();
-    if field(&info, "last_sequence").and_then(Value::as_u64) != Some(last) {
+    if field(&info, "next_sequence").and_then(Value::as_u64) != Some(next) {
         return Joined::Gap;
     }
     let truth = master.truth();
     assert_eq!(
         index.0,
         truth,
-        "seed {seed}: S={s}, {} snapshot events, no gap after it",
+        "seed {seed}: N={n}, {} snapshot events, no gap from it on",
         events.len()
     );
     // Counted once its last message is handed to the socket, maybe after it arrived.
@@ -325,8 +326,8 @@ fn a_snapshot_taken_while_the_master_changes_then_the_stream_after_it_give_the_t
     }
 }
 
-/// Flat out into a queue of 8, events are dropped around the moment S is taken: a subscriber
-/// either sees the loss, or (when none fell after S) ends exact. A snapshot never hides a
+/// Flat out into a queue of 8, events are dropped around the moment N is taken: a subscriber
+/// either sees the loss, or (when none fell from N on) ends exact. A snapshot never hides a
 /// drop, whether the publishing thread held a batch when it happened or not.
 #[test]
 fn a_snapshot_during_a_flood_that_drops_events_never_hides_a_loss() {

@@ -71,6 +71,8 @@ fn real_messages_decode_into_typed_events_that_agree_with_rmpv() {
             lora_name: "adapter".into(),
             dp_rank: 3,
             emit_legacy_compat: legacy,
+            // The call whose strings are not UTF-8 arrives, as `bin`.
+            non_utf8: "bin".into(),
             ..config("")
         });
         publisher.on_put_commit("tenant-a", "prefix/0001", "g-7", BOTH);
@@ -84,7 +86,7 @@ fn real_messages_decode_into_typed_events_that_agree_with_rmpv() {
         for (n, message) in frames.iter().enumerate() {
             let typed = Message::<Event>::decode(message).expect("a typed message");
             let values = decode_message(message).expect("an rmpv message");
-            assert_eq!(typed.sequence, n as u64 + 1);
+            assert_eq!(typed.sequence, n as u64, "the first is 0");
             assert_eq!(
                 (typed.timestamp_ms, typed.dp_rank, typed.events.len()),
                 (values.timestamp_ms, 3, values.events.len())
@@ -160,19 +162,21 @@ fn a_subscriber_receives_typed_batches_in_sequence() {
     }
     assert!(publisher.flush(Duration::from_secs(10)));
     let mut ids = Vec::new();
-    let mut last = 0;
+    // The sequence the next batch has: the first is 0.
+    let mut next = 0;
     while ids.len() < 200 {
         let batch = subscriber
             .recv_as::<Event>(Duration::from_secs(10))
             .expect("a typed message")
             .unwrap_or_else(|| panic!("only {} of 200 events arrived", ids.len()));
-        let expected = if last == 0 {
+        let expected = if next == 0 {
             Continuity::First { missed: 0 }
         } else {
             Continuity::Next
         };
+        assert_eq!(batch.sequence, next);
         assert_eq!(batch.continuity, expected);
-        last = batch.sequence;
+        next = batch.sequence + 1;
         ids.extend(batch.events.iter().map(|e| e.event_id));
         assert!(batch.events.iter().all(|e| e.tenant_id == "t"));
     }
@@ -202,7 +206,11 @@ fn has_bin(event: &Value) -> bool {
 
 #[test]
 fn a_call_whose_strings_are_not_utf8_goes_alone_and_a_text_reader_loses_only_it() {
-    let (publisher, socket) = publisher_and_socket(config(""));
+    // As `bin`: the strings a text reader refuses.
+    let (publisher, socket) = publisher_and_socket(Config {
+        non_utf8: "bin".into(),
+        ..config("")
+    });
     // The calls go in as fast as they come, so that the publishing thread batches them; the
     // calls whose tenant, key or group is not UTF-8 are the odd ones out.
     let mut calls = 0;
@@ -242,7 +250,7 @@ fn a_call_whose_strings_are_not_utf8_goes_alone_and_a_text_reader_loses_only_it(
     let mut ids = Vec::new();
     for (n, message) in frames.iter().enumerate() {
         let values = decode_message(message).expect("a message of the wire format");
-        assert_eq!(values.sequence, n as u64 + 1, "no gap, no reordering");
+        assert_eq!(values.sequence, n as u64, "from 0, no gap, no reordering");
         ids.extend(
             values
                 .events

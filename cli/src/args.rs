@@ -8,6 +8,7 @@ use clap::builder::{NonEmptyStringValueParser, TypedValueParser as _};
 use clap::error::{ContextKind, ContextValue};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use clap_complete::Shell;
+use mooncake_kv_events::NonUtf8;
 use std::ffi::OsString;
 use std::io::{self, Write as _};
 use std::path::PathBuf;
@@ -80,14 +81,16 @@ macro_rules! completions_examples {
   0  tail: stopped by --count, or by --idle-timeout after it reached the publisher, or
      the reader of its stdout went away;
      demo: the watcher saw every published event, with no gap; mirror: stopped by
-     --duration, Ctrl-C or SIGTERM with the index it wrote in sync
+     --duration, Ctrl-C or SIGTERM with the index it wrote in sync; relay: stopped by
+     --duration, Ctrl-C or SIGTERM with what it writes up to date with the master
   1  runtime error: cannot connect or bind, a socket error, a file that cannot be
      written or read, a bad key file; tail: the publisher refused it, or --idle-timeout
      passed without it ever reaching the publisher (nothing listening, refused, a host
      name that does not resolve; a malformed or oversized message is reported on stderr
      and skipped); keygen: a file exists;
      demo: the watcher missed events, saw a gap or a malformed message; mirror: the
-     index it wrote was not in sync with its publisher
+     index it wrote was not in sync with its publisher; relay: its binary is not built,
+     NATS or the stream cannot be used, or it stopped behind the master
   2  usage error: unknown command or option, a missing or bad value (with the usage,
      on stderr)
   An interrupted tail (Ctrl-C) ends as the signal ends any command.
@@ -145,14 +148,15 @@ pub(crate) enum Command {
     /// a tenant or key that is not UTF-8 is written {"hex": "..."}.
     #[command(verbatim_doc_comment, after_help = concat!("Examples:\n", mirror_examples!()))]
     Mirror(MirrorArgs),
-    /// Relay publishers into NATS JetStream: a stream for the log, a bucket for the state
+    /// Relay publishers into NATS JetStream: a stream for the log, snapshots for a bootstrap
     ///
     /// Runs the kv-events-relay binary beside this one with the same arguments (built by
     /// `cargo build --release -p kv-events-relay`): `kv-events relay --help` is its help,
     /// and docs/relay.md says the rest.
     #[command(verbatim_doc_comment, disable_help_flag = true)]
     Relay {
-        /// PUB_ENDPOINT... --replay-endpoint EP... --nats URL [--stream NAME] [--bucket NAME]
+        /// PUB_ENDPOINT... --replay-endpoint EP... --nats URL [--stream NAME] [--snapshots NAME]
+        /// [--bucket NAME] [--replicas N]
         #[arg(
             trailing_var_arg = true,
             allow_hyphen_values = true,
@@ -292,7 +296,7 @@ pub(crate) struct DemoArgs {
     pub(crate) wait: Duration,
     /// Write the index a subscriber that saw every event ends with
     ///
-    /// As JSON: objects [backend, tenant, key, media], and last_sequence.
+    /// As JSON: objects [backend, tenant, key, media], and next_sequence.
     #[arg(long, value_name = "FILE", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new().map(PathBuf::from))]
     pub(crate) dump_index: Option<PathBuf>,
@@ -335,6 +339,16 @@ pub(crate) struct DemoArgs {
     /// (kv_events_heartbeat_ms; 0: never)
     #[arg(long, value_name = "MS", default_value = "0", verbatim_doc_comment)]
     pub(crate) heartbeat_ms: u32,
+    /// After a removed that leaves the object on another medium, a stored for each medium
+    /// left, in the same message (kv_events_reannounce_remaining), for readers of presence
+    #[arg(long, verbatim_doc_comment)]
+    pub(crate) reannounce_remaining: bool,
+    /// A tenant, key or group that is not UTF-8: skip (not published, counted), bin (msgpack
+    /// bin) or str (msgpack str of the raw bytes) (kv_events_non_utf8)
+    #[arg(long = "non-utf8", value_name = "MODE", default_value = "skip", verbatim_doc_comment,
+          value_parser = clap::builder::PossibleValuesParser::new(["skip", "bin", "str"])
+              .map(|mode| mode.parse::<NonUtf8>().unwrap_or_default()))]
+    pub(crate) non_utf8: NonUtf8,
 }
 
 /// The options of `mirror`.
@@ -687,8 +701,13 @@ mod tests {
                 topic: String::new(),
                 replay_without_topic_frame: false,
                 heartbeat_ms: 0,
+                reannounce_remaining: false,
+                non_utf8: NonUtf8::Skip,
             }
         );
+        assert_eq!(demo("demo --non-utf8 bin").non_utf8, NonUtf8::Bin);
+        assert!(demo("demo --reannounce-remaining").reannounce_remaining);
+        assert!(error("demo --non-utf8 latin1").contains("possible values: skip, bin, str"));
         assert_eq!(demo("demo --rate 250").rate, Some(250.0));
         assert!(error("demo --rate 0").contains("above 0"));
         assert_eq!(

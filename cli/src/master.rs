@@ -2,7 +2,7 @@
 //! every call gets the media sets the master would capture before and after its mutation,
 //! and a workload that makes each call of the calls' table (docs/spec.md section 3) the way the master does.
 
-use mooncake_kv_events::{Medium, MediumSet, Publisher, ReplicaKind, Snapshot};
+use mooncake_kv_events::{Config, Medium, MediumSet, NonUtf8, Publisher, ReplicaKind, Snapshot};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -51,6 +51,30 @@ pub(crate) struct Row {
     pub(crate) expected: Counts,
 }
 
+/// What the publisher's config changes in what each call publishes.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Policy {
+    /// `reannounce_remaining`: a call that removes a medium stores every medium left.
+    reannounce_remaining: bool,
+    /// `non_utf8 = skip`: an object whose key is not UTF-8 publishes nothing.
+    skip_non_utf8: bool,
+}
+
+impl Policy {
+    pub(crate) fn of(config: &Config) -> Policy {
+        Policy {
+            reannounce_remaining: config.reannounce_remaining,
+            skip_non_utf8: config.non_utf8.parse() == Ok(NonUtf8::Skip),
+        }
+    }
+
+    /// Whether the publisher leaves `key`'s events out (the model's tenants and groups
+    /// are UTF-8).
+    fn skips(self, key: &[u8]) -> bool {
+        self.skip_non_utf8 && std::str::from_utf8(key).is_err()
+    }
+}
+
 /// The metadata, shared with the publisher's snapshot thread: each change and the call that
 /// announces it happen under its lock, and the snapshot copies it under the same lock.
 type Metadata = Arc<Mutex<BTreeMap<ObjectId, Object>>>;
@@ -59,6 +83,7 @@ type Metadata = Arc<Mutex<BTreeMap<ObjectId, Object>>>;
 #[derive(Debug)]
 pub(crate) struct Master<'p> {
     publisher: &'p Publisher,
+    policy: Policy,
     objects: Metadata,
     /// When the workload is paced: its start and calls per second.
     pace: Option<(Instant, f64)>,
@@ -75,7 +100,7 @@ pub(crate) struct Master<'p> {
 impl<'p> Master<'p> {
     /// A master whose objects are the publisher's object source, making at most
     /// `calls_per_second` calls when given.
-    fn new(publisher: &'p Publisher, calls_per_second: Option<f64>) -> Master<'p> {
+    fn new(publisher: &'p Publisher, policy: Policy, calls_per_second: Option<f64>) -> Master<'p> {
         let objects = Metadata::default();
         let source = Arc::clone(&objects);
         publisher.set_object_source(move |_: Option<&[u8]>, out: &mut Snapshot| {
@@ -92,6 +117,7 @@ impl<'p> Master<'p> {
         });
         Master {
             publisher,
+            policy,
             objects,
             pace: calls_per_second.map(|rate| (Instant::now(), rate)),
             calls: 0,
@@ -115,12 +141,13 @@ impl<'p> Master<'p> {
         lock(&self.objects).len()
     }
 
-    /// The objects the master holds on some medium, in key order: tenant (empty for the
-    /// default tenant), key and media. They are what a subscriber that saw every event
-    /// should hold.
+    /// The objects the master holds on some medium and publishes, in key order: tenant
+    /// (empty for the default tenant), key and media. They are what a subscriber that saw
+    /// every event should hold.
     pub(crate) fn holdings(&self) -> Vec<(&'static str, Vec<u8>, MediumSet)> {
         lock(&self.objects)
             .iter()
+            .filter(|((_, key), _)| !self.policy.skips(key))
             .map(|((tenant, key), object)| (*tenant, key.clone(), media(&object.replicas)))
             .filter(|(_, _, media)| !media.is_empty())
             .collect()
@@ -154,21 +181,30 @@ impl<'p> Master<'p> {
         lock(&self.objects).get(id).map(|o| media(&o.replicas))
     }
 
-    /// Notes the events of one call that turned `before` into `after` for `tenant`.
+    /// Notes the events of one call that turned `before` into `after` for `id`.
     fn expect(
         &mut self,
         operation: &'static str,
-        tenant: &'static str,
+        id: &ObjectId,
         before: MediumSet,
         after: MediumSet,
     ) {
-        let added = after.minus(before);
-        if !added.is_empty() {
-            *self.additions.entry(tenant).or_default() += 1;
+        if self.policy.skips(&id.1) {
+            return;
+        }
+        let removed = before.minus(after);
+        let stored = if self.policy.reannounce_remaining && !removed.is_empty() {
+            after
+        } else {
+            after.minus(before)
+        };
+        // The publisher takes any `stored`, a reannounced one too, for an addition.
+        if !stored.is_empty() {
+            *self.additions.entry(id.0).or_default() += 1;
         }
         let expected = &mut self.row(operation).expected;
-        expected.stored += added.len() as u64;
-        expected.removed += before.minus(after).len() as u64;
+        expected.stored += stored.len() as u64;
+        expected.removed += removed.len() as u64;
     }
 
     /// A Put, BatchPut or Upsert commits `replicas`: `on_put_commit`.
@@ -180,14 +216,13 @@ impl<'p> Master<'p> {
         replicas: Vec<ReplicaKind>,
     ) {
         let after = media(&replicas);
-        let tenant = id.0;
         {
             let mut objects = lock(&self.objects);
             self.publisher.on_put_commit(id.0, &id.1, group, after);
-            objects.insert(id, Object { group, replicas });
+            objects.insert(id.clone(), Object { group, replicas });
         }
         // A commit announces every medium, even one already announced.
-        self.expect(operation, tenant, MediumSet::EMPTY, after);
+        self.expect(operation, &id, MediumSet::EMPTY, after);
         self.paced();
     }
 
@@ -225,7 +260,7 @@ impl<'p> Master<'p> {
                 .on_medium_delta(id.0, &id.1, group, before, after);
             (before, after)
         };
-        self.expect(operation, id.0, before, after);
+        self.expect(operation, id, before, after);
         self.row(operation).objects += 1;
         self.paced();
     }
@@ -322,9 +357,14 @@ fn lock(objects: &Metadata) -> MutexGuard<'_, BTreeMap<ObjectId, Object>> {
 /// Runs the workload over `n` objects, making each kind of call the master makes, at most
 /// `calls_per_second` when given; returns the model, whose rows say what each operation
 /// should have published. The model is the publisher's object source meanwhile.
-pub(crate) fn run(publisher: &Publisher, n: usize, calls_per_second: Option<f64>) -> Master<'_> {
+pub(crate) fn run(
+    publisher: &Publisher,
+    policy: Policy,
+    n: usize,
+    calls_per_second: Option<f64>,
+) -> Master<'_> {
     use ReplicaKind::*;
-    let mut master = Master::new(publisher, calls_per_second);
+    let mut master = Master::new(publisher, policy, calls_per_second);
     let ids: Vec<ObjectId> = (0..n).map(object_id).collect();
     // Each later step works on the tenth of the objects whose index ends in `digit`.
     let tenth =

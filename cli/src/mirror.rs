@@ -181,7 +181,7 @@ impl Probe {
             return;
         };
         let why = match subscriber.reach() {
-            _ if follower.status(i).sequence.is_some() => None,
+            _ if follower.status(i).next_sequence.is_some() => None,
             // No attempt has failed yet: nothing to say, and nothing known either.
             Ok(Reach::Unreached { failed_attempts: 0 }) => return,
             Ok(reach) => not_reached(&self.endpoint, reach).map(str::to_owned),
@@ -225,7 +225,7 @@ fn chosen(follower: &Follower, union: bool) -> (Option<usize>, Index, bool) {
     }
     let which = follower.freshest().or_else(|| {
         (0..follower.upstreams())
-            .filter(|&i| follower.status(i).sequence.is_some())
+            .filter(|&i| follower.status(i).next_sequence.is_some())
             .max_by_key(|&i| follower.status(i).last_heard)
     });
     match which {
@@ -359,18 +359,18 @@ fn summary(follower: &Follower, names: &[String], probes: &[Probe], elapsed: Dur
     for (i, name) in names.iter().enumerate() {
         let status = follower.status(i);
         let index = follower.index(i);
-        let state = match (status.in_sync, status.sequence, &status.failing) {
+        let state = match (status.in_sync, status.next_sequence, &status.failing) {
             (_, None, _) if probes[i].why.is_some() => {
                 format!(
                     "not reached ({})",
                     probes[i].why.as_deref().unwrap_or_default()
                 )
             }
-            (true, Some(sequence), _) => format!(
-                "in sync at sequence {sequence}, incarnation {:016x}",
+            (true, Some(next), _) => format!(
+                "in sync before sequence {next}, incarnation {:016x}",
                 status.incarnation.unwrap_or_default()
             ),
-            (false, Some(sequence), _) => format!("recovering from sequence {sequence}"),
+            (false, Some(next), _) => format!("recovering from sequence {next}"),
             (_, None, Some(why)) => format!("no snapshot yet ({why})"),
             (_, None, None) => "no snapshot yet".to_owned(),
         };

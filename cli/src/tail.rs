@@ -156,11 +156,14 @@ fn watch(
     }
     let endpoint = connect_form(&args.endpoint);
     let limit = args.count.unwrap_or(u64::MAX);
-    let mut last_message = Instant::now();
+    let started = Instant::now();
+    let mut last_message = started;
     let mut last_check = last_message;
     let mut connections_lost = 0;
     // Whether stderr said that the publisher cannot be reached yet.
     let mut said_unreached = false;
+    // Whether stderr said that the replay socket does not answer.
+    let mut replay_silent = false;
     loop {
         if view.tally.events >= limit {
             return Ok(Stop::Count);
@@ -199,6 +202,12 @@ fn watch(
                     unreached(&endpoint)
                 );
             }
+            Ok(Reach::NoHandshake)
+                if !said_unreached && started.elapsed() >= NO_HANDSHAKE_AFTER =>
+            {
+                said_unreached = true;
+                let _ = writeln!(err, "kv-events: {endpoint}: {NO_HANDSHAKE}; still trying");
+            }
             Ok(Reach::Reached) if std::mem::take(&mut said_unreached) => {
                 let _ = writeln!(err, "kv-events: reached {endpoint}");
             }
@@ -229,6 +238,7 @@ fn watch(
                 last_check = Instant::now();
                 match catchup.check_end() {
                     Ok((batches, lost)) => {
+                        replay_silent = false;
                         if lost > 0 {
                             let _ = writeln!(
                                 err,
@@ -239,7 +249,10 @@ fn watch(
                         }
                         Ok(batches)
                     }
+                    // A silent replay socket is said once, until it answers again.
+                    Err(e) if e.is_unanswered() && replay_silent => Ok(Vec::new()),
                     Err(e) => {
+                        replay_silent = e.is_unanswered();
                         let _ = writeln!(err, "kv-events: cannot ask for the last sequence: {e}");
                         Ok(Vec::new())
                     }
@@ -318,8 +331,11 @@ fn never_reached(endpoint: &str, reach: Reach, idle: Duration) -> String {
 }
 
 const NO_HANDSHAKE: &str =
-    "a connection was made, but no ZeroMQ handshake completed on it (is a ZeroMQ publisher \
-     listening there?)";
+    "a connection was made, but no ZeroMQ handshake completed on it: is a ZeroMQ PUB socket \
+     listening there? (a master's replay endpoint is a ROUTER: give it as --replay-endpoint)";
+
+/// How long a connection without a handshake is waited for before stderr says so.
+const NO_HANDSHAKE_AFTER: Duration = Duration::from_secs(2);
 
 /// Why a subscriber that got as far as `reach` towards its publisher at `endpoint` has not
 /// reached it, for `tail` and `mirror`; `None` once it has.

@@ -45,12 +45,18 @@ impl Drop for Endpoint {
 }
 
 fn publisher(endpoint: &str) -> Publisher {
+    publisher_with(endpoint, "skip")
+}
+
+/// A publisher on `endpoint` whose strings that are not UTF-8 go out as `non_utf8` says.
+fn publisher_with(endpoint: &str, non_utf8: &str) -> Publisher {
     Publisher::create(&Config {
         enable_kv_events: true,
         bind_endpoint: endpoint.to_owned(),
         backend_id: "cli-store".into(),
         model_name: "cli-model".into(),
         block_size: 16,
+        non_utf8: non_utf8.into(),
         ..Config::default()
     })
     .expect("the publisher binds")
@@ -177,9 +183,10 @@ fn demo_dumps_the_index_its_subscribers_should_end_with() {
     let dir = std::env::temp_dir().join(format!("kv-events-cli-dump-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let file = dir.join("expected.json");
+    // Keys that are not UTF-8 published as `bin`, so that the dump holds them.
     let output = kv_events()
         .args(["demo", "--endpoint", &Endpoint::new(), "--objects", "100"])
-        .arg("--dump-index")
+        .args(["--non-utf8", "bin", "--dump-index"])
         .arg(&file)
         .output()
         .expect("kv-events runs");
@@ -222,9 +229,108 @@ fn demo_dumps_the_index_its_subscribers_should_end_with() {
     );
     assert_eq!(dump["resyncs"], 0);
     assert!(
-        dump["last_sequence"].as_u64().is_some_and(|s| s > 0),
+        dump["next_sequence"].as_u64().is_some_and(|s| s > 0),
         "{dump}"
     );
+}
+
+/// The number after `label` on the first line of `stdout` that starts with it (the demo's
+/// summary and stats table read "  <label>  <count> ...").
+fn count_in(stdout: &str, label: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next() == Some(label)).then(|| words.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no {label} count in\n{stdout}"))
+}
+
+/// `kv-events demo` over 100 objects with `args`, checked to end with OK; its stdout and its
+/// `--dump-index`. `name` keeps the dump apart from other tests'.
+fn demo_and_dump(name: &str, args: &[&str]) -> (String, Value) {
+    let dir = std::env::temp_dir().join(format!("kv-events-cli-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let file = dir.join("expected.json");
+    let output = kv_events()
+        .args(["demo", "--endpoint", &Endpoint::new(), "--objects", "100"])
+        .args(["--show", "0"])
+        .args(args)
+        .arg("--dump-index")
+        .arg(&file)
+        .output()
+        .expect("kv-events runs");
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{args:?}: {stdout}\n{stderr}");
+    assert!(stdout.contains("\nOK: "), "{stdout}");
+    let dump: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("the dump")).expect("JSON");
+    let _ = std::fs::remove_dir_all(&dir);
+    // The watcher saw every published event, with no gap.
+    assert_eq!(
+        count_in(&stdout, "events"),
+        count_in(&stdout, "published_events"),
+        "{stdout}"
+    );
+    assert_eq!(count_in(&stdout, "gaps"), 0, "{stdout}");
+    assert_eq!(count_in(&stdout, "dropped_events"), 0, "{stdout}");
+    (stdout, dump)
+}
+
+/// Whether a dumped object's tenant or key is one that is not UTF-8 (`"hex:..."`).
+fn not_utf8(object: &Value) -> bool {
+    object[1].as_str().is_some_and(|s| s.starts_with("hex:"))
+        || object[2].as_str().is_some_and(|s| s.starts_with("hex:"))
+}
+
+#[test]
+fn demo_skips_keys_that_are_not_utf8_by_default_and_its_dump_leaves_them_out() {
+    let (skipped, skipped_dump) = demo_and_dump("skip", &[]);
+    let (bin, bin_dump) = demo_and_dump("bin", &["--non-utf8", "bin"]);
+    // Skipped by default: counted, not published, and numbered by no message.
+    let skipped_events = count_in(&skipped, "skipped_non_utf8_events");
+    assert!(skipped_events > 0, "{skipped}");
+    assert_eq!(count_in(&bin, "skipped_non_utf8_events"), 0, "{bin}");
+    assert_eq!(
+        count_in(&skipped, "published_events") + skipped_events,
+        count_in(&bin, "published_events"),
+        "the same workload publishes the skipped events as bin"
+    );
+    assert_eq!(
+        skipped_dump["next_sequence"].as_u64(),
+        Some(count_in(&skipped, "batches")),
+        "every number taken by a message the watcher saw: {skipped}"
+    );
+    // The index without them is the bin index less its objects that are not UTF-8.
+    let objects = |dump: &Value| dump["objects"].as_array().expect("objects").clone();
+    let without: Vec<Value> = objects(&bin_dump)
+        .into_iter()
+        .filter(|o| !not_utf8(o))
+        .collect();
+    assert!(
+        without.len() < objects(&bin_dump).len(),
+        "the bin index holds a key that is not UTF-8: {bin_dump}"
+    );
+    assert_eq!(objects(&skipped_dump), without, "{skipped_dump}");
+    assert!(!objects(&skipped_dump).iter().any(not_utf8));
+    assert_eq!(skipped_dump["resyncs"], 0);
+}
+
+#[test]
+fn demo_with_reannounce_remaining_sees_the_extra_stored_events_its_model_expects() {
+    let (plain, plain_dump) = demo_and_dump("plain", &[]);
+    let (reannounced, reannounced_dump) = demo_and_dump("reannounce", &["--reannounce-remaining"]);
+    // The same removals, and more `stored`: the media each object kept after a removal.
+    assert_eq!(
+        count_in(&reannounced, "removed"),
+        count_in(&plain, "removed")
+    );
+    assert!(
+        count_in(&reannounced, "stored") > count_in(&plain, "stored"),
+        "{plain}\n{reannounced}"
+    );
+    // A stored of a medium already held changes no per-medium index.
+    assert_eq!(reannounced_dump["objects"], plain_dump["objects"]);
 }
 
 #[test]
@@ -262,7 +368,8 @@ fn demo_exits_1_when_its_endpoint_cannot_be_bound() {
 #[test]
 fn tail_prints_each_event_as_a_json_line_with_its_sequence() {
     let endpoint = Endpoint::new();
-    let publisher = publisher(&endpoint);
+    // The key that is not UTF-8 goes out as `bin`, which tail prints as hex.
+    let publisher = publisher_with(&endpoint, "bin");
     let tail = Tail::start(&endpoint, &["--count", "6", "--idle-timeout", "5"]);
 
     publisher.on_put_commit("", b"key-\xff", "group-1", BOTH);
@@ -311,13 +418,12 @@ fn tail_prints_each_event_as_a_json_line_with_its_sequence() {
         assert_eq!(event["backend_id"], "cli-store");
         assert_eq!(event["model_name"], "cli-model");
         assert_eq!(event["block_size"], 16);
-        assert!(
-            event["sequence"].as_u64().is_some_and(|s| s >= 1),
-            "{event}"
-        );
+        assert!(event["sequence"].as_u64().is_some(), "{event}");
         assert!(event["timestamp"].as_u64().is_some(), "{event}");
     }
     let sequences = column("sequence");
+    // The tail joined before the publisher's first message, which is 0.
+    assert_eq!(sequences[0], 0, "{sequences:?}");
     assert!(
         sequences.windows(2).all(|w| w[0].as_u64() <= w[1].as_u64()),
         "{sequences:?}"
@@ -354,7 +460,7 @@ fn tail_reports_a_publisher_restart_on_stderr() {
     assert!(output.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.lines().count(), 2, "{stdout}");
     assert!(
-        stderr.contains("restart: the sequence went back to 1 after 1"),
+        stderr.contains("restart: the sequence went back to 0 after 0"),
         "{stderr}"
     );
 }
@@ -362,7 +468,8 @@ fn tail_reports_a_publisher_restart_on_stderr() {
 #[test]
 fn tail_prints_and_counts_only_the_events_its_filters_pass() {
     let endpoint = Endpoint::new();
-    let publisher = publisher(&endpoint);
+    // The key that is not UTF-8 goes out as `bin`, which --key-prefix matches by its bytes.
+    let publisher = publisher_with(&endpoint, "bin");
     let tail = Tail::start(
         &endpoint,
         &[
@@ -432,7 +539,7 @@ fn tail_filters_hide_no_restart() {
     assert!(output.status.success(), "{stderr}");
     assert!(output.stdout.is_empty(), "{}", text(&output.stdout));
     assert!(
-        stderr.contains("restart: the sequence went back to 1 after 1"),
+        stderr.contains("restart: the sequence went back to 0 after 0"),
         "{stderr}"
     );
     assert!(
@@ -453,7 +560,8 @@ fn tail_stats_prints_rate_lines_instead_of_events() {
     publisher.on_medium_delta("", "key-1", "", BOTH, CPU);
     publisher.on_put_commit("tenant-a", "key-2", "", CPU);
     assert!(publisher.flush(Duration::from_secs(10)), "flush");
-    let last_sequence = publisher.stats().last_sequence;
+    // The last message the tail saw: the one below the next.
+    let last_sequence = publisher.stats().next_sequence - 1;
 
     let (output, stderr) = tail.finish();
     let stdout = text(&output.stdout);
@@ -519,7 +627,8 @@ fn tail_stats_json_prints_an_object_per_line_for_programs() {
     publisher.on_medium_delta("", "key-1", "", BOTH, CPU);
     publisher.on_put_commit("tenant-a", "key-2", "", CPU);
     assert!(publisher.flush(Duration::from_secs(10)), "flush");
-    let last_sequence = publisher.stats().last_sequence;
+    // The last message the tail saw: the one below the next.
+    let last_sequence = publisher.stats().next_sequence - 1;
 
     let (output, stderr) = tail.finish();
     let stdout = text(&output.stdout);

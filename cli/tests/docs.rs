@@ -162,12 +162,33 @@ fn every_page_is_linked_from_the_readme_and_says_who_it_is_for() {
 }
 
 fn kv_events(args: &[&str]) -> String {
+    if args.first() == Some(&"relay") {
+        relay_built();
+    }
     let output = Command::new(env!("CARGO_BIN_EXE_kv-events"))
         .args(args)
         .output()
         .expect("kv-events runs");
     assert!(output.status.success(), "kv-events {args:?}");
     String::from_utf8(output.stdout).expect("UTF-8 help")
+}
+
+/// Builds the `kv-events-relay` binary beside `kv-events` when it is not there: `kv-events
+/// relay` runs it, and the workspace's default members (what a plain `cargo test` builds)
+/// leave it out so that the command never compiles the relay's NATS client.
+fn relay_built() {
+    let relay = Path::new(env!("CARGO_BIN_EXE_kv-events")).with_file_name("kv-events-relay");
+    if relay.exists() {
+        return;
+    }
+    // Into the same profile's folder as the binary under test.
+    let release = relay.parent().is_some_and(|dir| dir.ends_with("release"));
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--locked", "-p", "kv-events-relay"])
+        .args(release.then_some("--release"))
+        .status()
+        .expect("cargo runs");
+    assert!(status.success(), "cannot build kv-events-relay");
 }
 
 /// The lines of a help text's section (`Commands:`, `Options:`), up to the blank line.

@@ -402,12 +402,14 @@ fn small_subscriber(endpoint: &str) -> Subscriber {
     subscriber
 }
 
+/// Publishes `calls` calls; the publisher's next sequence after them: every message of the
+/// burst is numbered below it, from 0.
 fn burst(publisher: &Publisher, calls: usize) -> u64 {
     for i in 0..calls {
         publisher.on_put_commit("t", format!("key-{i}"), "", CPU);
     }
     assert!(publisher.flush(Duration::from_secs(20)));
-    publisher.stats().last_sequence
+    publisher.stats().next_sequence
 }
 
 #[test]
@@ -418,12 +420,12 @@ fn a_burst_lost_at_the_socket_is_filled_by_replay_up_to_its_last_message() {
     let mut catchup = Catchup::new(ReplayClient::connect(&replay, None).unwrap());
     // Far more messages than the subscriber's buffers and the send limit hold: the socket
     // drops some for it, the last ones among them.
-    let last = burst(&publisher, 64 * 2000);
+    let next = burst(&publisher, 64 * 2000);
     let (sequences, lost) = read_to_the_end(&mut subscriber, &mut catchup);
     assert_eq!(lost, 0);
     assert_eq!(
         sequences,
-        (1..=last).collect::<Vec<_>>(),
+        (0..next).collect::<Vec<_>>(),
         "every message, once, in order"
     );
     assert!(
@@ -438,7 +440,7 @@ fn a_loss_at_the_end_of_a_burst_that_replay_cannot_fill_is_reported() {
     let (publisher, endpoint, replay) = replaying(4, 0);
     let mut subscriber = small_subscriber(&endpoint);
     let mut catchup = Catchup::new(ReplayClient::connect(&replay, None).unwrap());
-    let last = burst(&publisher, 64 * 2000);
+    let next = burst(&publisher, 64 * 2000);
     let mut seen = None;
     while let Some(batch) = subscriber.recv(Duration::from_millis(500)).unwrap() {
         let (batches, _) = catchup.fill(batch);
@@ -447,7 +449,19 @@ fn a_loss_at_the_end_of_a_burst_that_replay_cannot_fill_is_reported() {
     let seen = seen.expect("some messages arrived");
     let (replayed, lost) = catchup.check_end().unwrap();
     assert!(replayed.is_empty(), "a buffer of 0 bytes holds nothing");
-    assert_eq!(lost, last - seen, "the loss at the end is told, exactly");
+    // Nothing held: the oldest a replay could send is the next message.
+    let stats = publisher.stats();
+    assert_eq!(
+        (stats.replay_buffer_bytes, stats.replay_oldest_sequence),
+        (0, next),
+        "{stats:?}"
+    );
+    // Lost: the numbers after the last seen, up to the last taken (next - 1).
+    assert_eq!(
+        lost,
+        next - 1 - seen,
+        "the loss at the end is told, exactly"
+    );
 }
 
 /// The child side of the next test: a publisher in a process whose descriptors are all

@@ -97,22 +97,26 @@ fn subscriber(publisher: &RawPublisher, max_message_bytes: usize) -> Subscriber 
 fn a_frame_over_the_bound_is_lost_as_a_gap_and_the_subscriber_reconnects() {
     let publisher = RawPublisher::bind();
     let mut subscriber = subscriber(&publisher, MIB);
-    publisher.send_batch(1);
-    publisher.send(&[b"", &2u64.to_be_bytes(), &vec![0xc0; 2 * MIB]]);
+    // Numbered as a publisher numbers them: the first message is 0.
+    publisher.send_batch(0);
+    publisher.send(&[b"", &1u64.to_be_bytes(), &vec![0xc0; 2 * MIB]]);
     let first = subscriber.recv(WAIT).expect("a message").expect("in time");
-    assert_eq!(first.sequence, 1);
+    assert_eq!(
+        (first.sequence, first.continuity),
+        (0, Continuity::First { missed: 0 })
+    );
     // libzmq closed the connection at the oversized frame; the subscriber joins again
     // while it waits in `recv`.
     let resend = std::thread::spawn(move || {
         publisher.subscribed();
-        publisher.send_batch(3);
+        publisher.send_batch(2);
         publisher
     });
     let next = subscriber.recv(WAIT).expect("a message").expect("in time");
     drop(resend.join().expect("the publisher's thread"));
     assert_eq!(
         (next.sequence, next.continuity),
-        (3, Continuity::Gap { missed: 1 })
+        (2, Continuity::Gap { missed: 1 })
     );
     assert_eq!(subscriber.connections_lost(), 1);
 }
@@ -143,7 +147,7 @@ fn frames_under_the_bound_that_add_up_over_it_are_refused_with_their_size() {
 fn malformed_messages_are_refused_with_what_was_wrong_and_the_stream_goes_on() {
     let publisher = RawPublisher::bind();
     let mut subscriber = subscriber(&publisher, MIB);
-    let seq = 1u64.to_be_bytes();
+    let seq = 0u64.to_be_bytes();
     let cases: [(&[&[u8]], &str); 5] = [
         (
             &[b"", &seq, br#"{"event_type": "stored"}"#],
@@ -171,7 +175,7 @@ fn malformed_messages_are_refused_with_what_was_wrong_and_the_stream_goes_on() {
     for (frames, _) in &cases {
         publisher.send(frames);
     }
-    publisher.send_batch(2);
+    publisher.send_batch(1);
     for (_, why) in cases {
         match subscriber.recv(WAIT) {
             Err(e @ WatchError::Malformed(_)) => assert_eq!(e.to_string(), why),
@@ -179,7 +183,7 @@ fn malformed_messages_are_refused_with_what_was_wrong_and_the_stream_goes_on() {
         }
     }
     let next = subscriber.recv(WAIT).expect("a message").expect("in time");
-    assert_eq!(next.sequence, 2);
+    assert_eq!(next.sequence, 1);
 }
 
 /// The peak resident memory of process `pid`, in bytes (VmHWM).
@@ -243,10 +247,10 @@ fn tail_refuses_a_message_over_its_bound_in_bounded_memory_and_goes_on() {
     let publisher = RawPublisher::bind();
     let bound = 4 * MIB;
     let (out, err, peak) = tail(&publisher, bound, |p| {
-        p.send_batch(1);
-        p.send(&[b"", &2u64.to_be_bytes(), &vec![0xc0; 60 * MIB]]);
+        p.send_batch(0);
+        p.send(&[b"", &1u64.to_be_bytes(), &vec![0xc0; 60 * MIB]]);
         p.subscribed();
-        p.send_batch(3);
+        p.send_batch(2);
     });
     assert!(within(peak, bound), "peak RSS {peak} bytes\n{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
@@ -254,7 +258,7 @@ fn tail_refuses_a_message_over_its_bound_in_bounded_memory_and_goes_on() {
         err.contains("closed: the publisher stopped, or sent a message over --max-message-bytes (4194304 bytes)"),
         "{err}"
     );
-    assert!(err.contains("gap of 1 before sequence 3"), "{err}");
+    assert!(err.contains("gap of 1 before sequence 2"), "{err}");
 }
 
 #[test]
@@ -262,10 +266,10 @@ fn tail_says_what_was_wrong_with_a_malformed_message_in_bounded_memory_and_goes_
     let publisher = RawPublisher::bind();
     let bound = 4 * MIB;
     let (out, err, peak) = tail(&publisher, bound, |p| {
-        p.send_batch(1);
-        p.send(&[b"", &2u64.to_be_bytes(), HUGE_CLAIM]);
-        p.send(&[b"", &3u64.to_be_bytes(), b"not msgpack"]);
-        p.send_batch(4);
+        p.send_batch(0);
+        p.send(&[b"", &1u64.to_be_bytes(), HUGE_CLAIM]);
+        p.send(&[b"", &2u64.to_be_bytes(), b"not msgpack"]);
+        p.send_batch(3);
     });
     assert!(within(peak, bound), "peak RSS {peak} bytes\n{err}");
     assert_eq!(out.lines().count(), 2, "{out}");
@@ -281,5 +285,5 @@ fn tail_says_what_was_wrong_with_a_malformed_message_in_bounded_memory_and_goes_
         err.contains("byte 0 (0x6e) is a positive integer, expected an array of 3"),
         "{err}"
     );
-    assert!(err.contains("gap of 2 before sequence 4"), "{err}");
+    assert!(err.contains("gap of 2 before sequence 3"), "{err}");
 }

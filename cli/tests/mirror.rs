@@ -8,7 +8,7 @@ use kv_events_testing::model;
 use common::{endpoint, TempDir};
 use model::{config, Model};
 use mooncake_kv_events::subscriber::Index;
-use mooncake_kv_events::{Medium, MediumSet, Publisher};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::io::Read;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -81,9 +81,17 @@ fn finish(mut child: Child) -> (bool, String, String) {
 }
 
 fn publisher(model: &Model) -> (Publisher, String, String) {
+    publisher_with(model, "skip")
+}
+
+/// A publisher served by `model` whose strings that are not UTF-8 go out as `non_utf8` says.
+fn publisher_with(model: &Model, non_utf8: &str) -> (Publisher, String, String) {
     let (pub_endpoint, replay_endpoint) = (endpoint(), endpoint());
-    let publisher =
-        Publisher::create(&config(&pub_endpoint, &replay_endpoint)).expect("the publisher binds");
+    let publisher = Publisher::create(&Config {
+        non_utf8: non_utf8.into(),
+        ..config(&pub_endpoint, &replay_endpoint)
+    })
+    .expect("the publisher binds");
     model.serve(&publisher);
     (publisher, pub_endpoint, replay_endpoint)
 }
@@ -91,7 +99,8 @@ fn publisher(model: &Model) -> (Publisher, String, String) {
 #[test]
 fn mirror_dumps_the_truth_and_says_its_recoveries_and_summaries() {
     let model = Model::new();
-    let (publisher, pub_endpoint, replay_endpoint) = publisher(&model);
+    // The key that is not UTF-8 goes out as `bin`, which mirror writes as hex.
+    let (publisher, pub_endpoint, replay_endpoint) = publisher_with(&model, "bin");
     model.churn(&publisher, 1, 2000, 400);
     // A key that is not UTF-8.
     model.set(
@@ -134,9 +143,22 @@ fn mirror_dumps_the_truth_and_says_its_recoveries_and_summaries() {
     assert_eq!(parse(&written), truth);
     assert!(written.contains(r#"{"hex":"6bff00"}"#), "{written}");
     assert!(err.contains("kv-events: snapshot: "), "{err}");
-    assert!(err.contains(" objects, S="), "{err}");
+    assert!(err.contains(" objects, next sequence "), "{err}");
     assert!(err.contains("kv-events: in sync after "), "{err}");
-    assert!(err.contains("in sync at sequence"), "{err}");
+    // The summary names the sequence the index takes next: one a message of the run took.
+    let next: u64 = err
+        .split_once("in sync before sequence ")
+        .and_then(|(_, rest)| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no sequence in the summary: {err}"));
+    assert!(
+        (1..=publisher.stats().next_sequence).contains(&next),
+        "{next}: {err}"
+    );
     assert!(err.contains("objects        cpu       disk"), "{err}");
     assert!(
         err.contains(&format!(

@@ -295,9 +295,9 @@ bool BaselinePublisher::flush(std::chrono::milliseconds timeout) {
   }
 }
 
-uint64_t BaselinePublisher::last_sequence() {
+uint64_t BaselinePublisher::next_sequence() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return last_sequence_;
+  return next_sequence_;
 }
 
 uint64_t BaselinePublisher::published_events() {
@@ -330,7 +330,7 @@ void BaselinePublisher::run() {
     lock.unlock();
 
     // Dropped events reserve their sequence numbers: the next message shows the gap.
-    sequence_ += dropped - dropped_seen_;
+    next_ += dropped - dropped_seen_;
     dropped_seen_ = dropped;
     uint64_t sent = 0;
     while (!taken.empty()) {
@@ -347,15 +347,15 @@ void BaselinePublisher::run() {
     busy_ = false;
     in_flight_ = 0;
     published_ += sent;
-    last_sequence_ = sequence_;
+    next_sequence_ = next_;
   }
 }
 
 void BaselinePublisher::send(const BaselineEvent* events, size_t count) {
   write_baseline_batch(writer_, config_, now_ms(), events, count, next_event_id_);
-  ++sequence_;
+  const uint64_t number = next_++;
   unsigned char sequence[8];
-  for (int i = 0; i < 8; ++i) sequence[i] = static_cast<unsigned char>(sequence_ >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i) sequence[i] = static_cast<unsigned char>(number >> (56 - 8 * i));
   zmq_send(socket_, "", 0, ZMQ_SNDMORE);
   zmq_send(socket_, sequence, sizeof sequence, ZMQ_SNDMORE);
   zmq_send(socket_, writer_.out().data(), writer_.out().size(), 0);

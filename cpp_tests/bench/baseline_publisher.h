@@ -93,7 +93,9 @@ class BaselinePublisher {
   bool flush(std::chrono::milliseconds timeout);
 
   const std::string& endpoint() const { return endpoint_; }
-  uint64_t last_sequence();
+  // The sequence of the next message (the first is 0, as the library's): every number below
+  // it was taken, by a message or by dropped events.
+  uint64_t next_sequence();
   uint64_t published_events();
   uint64_t dropped_events();
   uint64_t queue_depth();
@@ -113,12 +115,12 @@ class BaselinePublisher {
   bool stopping_ = false;            // guarded by mutex_
   bool busy_ = false;                // guarded by mutex_: the worker holds taken events
   uint64_t dropped_ = 0;             // guarded by mutex_
-  uint64_t last_sequence_ = 0;       // guarded by mutex_
+  uint64_t next_sequence_ = 0;       // guarded by mutex_
   uint64_t published_ = 0;           // guarded by mutex_
   uint64_t in_flight_ = 0;           // guarded by mutex_: events the worker took, not yet sent
 
   // Worker only.
-  uint64_t sequence_ = 0;
+  uint64_t next_ = 0;  // the sequence the next message takes
   uint64_t dropped_seen_ = 0;
   uint64_t next_event_id_ = 1;
   MsgpackWriter writer_;

@@ -238,7 +238,7 @@ Target library_target(kv::Publisher& p) {
                   p.on_put_commit(tenant, key, group, kCpu);
                 },
                 [&p] { return p.flush(std::chrono::seconds(30)); },
-                [&p] { return p.stats().last_sequence; },
+                [&p] { return p.stats().next_sequence; },
                 [&p] { return p.stats().dropped_events; }};
 }
 
@@ -249,7 +249,7 @@ Target baseline_target(BaselinePublisher& p) {
                   p.on_put_commit(tenant, key, group, kCpu);
                 },
                 [&p] { return p.flush(std::chrono::seconds(30)); },
-                [&p] { return p.last_sequence(); }, [&p] { return p.dropped_events(); }};
+                [&p] { return p.next_sequence(); }, [&p] { return p.dropped_events(); }};
 }
 
 std::unique_ptr<SubscriberProcess> attach(const std::string& endpoint, const Target& target) {

@@ -126,7 +126,8 @@ struct Target {
   // std::function is timed.
   std::function<void(std::string_view key)> call;
   std::function<bool()> flush;
-  std::function<uint64_t()> last_sequence;
+  // The sequence of the next message: every message sent is numbered below it.
+  std::function<uint64_t()> next_sequence;
   std::function<uint64_t()> dropped;
 };
 

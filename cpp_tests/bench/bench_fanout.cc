@@ -155,7 +155,7 @@ FanoutRun measure_fanout(const Options& o, const CallClock& clock, const std::st
     if (!joined) throw std::runtime_error("a subscriber did not join " + f->reach.endpoint);
   }
   target.flush();
-  const uint64_t first = target.last_sequence();
+  const uint64_t first = target.next_sequence();
   for (auto& subscriber : subscribers) subscriber->sync(first);
   const uint64_t published0 = library.stats().published_events;
   const uint64_t batches0 = library.stats().published_batches;
@@ -192,7 +192,7 @@ FanoutRun measure_fanout(const Options& o, const CallClock& clock, const std::st
   // Subscribers far behind (64 of them on a small machine) may take a while between two
   // messages as they catch up: only 10 s of silence ends a report.
   for (auto& subscriber : subscribers) {
-    run.counts.push_back(subscriber->report(target.last_sequence(), std::chrono::seconds(10)));
+    run.counts.push_back(subscriber->report(target.next_sequence(), std::chrono::seconds(10)));
   }
 
   std::sort(timed.ticks.begin(), timed.ticks.end());

@@ -42,7 +42,7 @@ LatencyRun measure_latency(const Options& o, const CallClock& clock, Target& tar
                            SubscriberProcess& subscriber, int threads, kv::Publisher* library,
                            BaselinePublisher* baseline) {
   target.flush();
-  subscriber.sync(target.last_sequence());
+  subscriber.sync(target.next_sequence());
   const uint64_t dropped0 = target.dropped();
   const double per_thread = o.rate / threads;
   const size_t room = static_cast<size_t>(per_thread * o.phase_seconds * 1.25) + 4096;
@@ -79,7 +79,7 @@ LatencyRun measure_latency(const Options& o, const CallClock& clock, Target& tar
   const double elapsed = static_cast<double>(steady_ns() - start) / 1e9;
   target.flush();
   const double cpu = process_cpu_seconds() - cpu0;
-  const SubscriberCounts counts = subscriber.report(target.last_sequence());
+  const SubscriberCounts counts = subscriber.report(target.next_sequence());
 
   std::vector<uint32_t> all;
   LatencyRun run;
@@ -235,7 +235,7 @@ void flat_out_producer(Call& call, uint64_t calls, size_t key_offset, Timed& out
 BurstRun measure_burst(const Options& o, const CallClock& clock, kv::Publisher& library,
                        Target& target, SubscriberProcess& subscriber, int threads) {
   target.flush();
-  subscriber.sync(target.last_sequence());
+  subscriber.sync(target.next_sequence());
   const uint64_t dropped0 = target.dropped();
   std::vector<Timed> timed(threads);
   for (int i = 0; i < threads; ++i) {
@@ -265,7 +265,7 @@ BurstRun measure_burst(const Options& o, const CallClock& clock, kv::Publisher& 
   run.depth = library.stats().queue_depth;
   run.rss_after = rss_mb();
   target.flush();
-  const SubscriberCounts counts = subscriber.report(target.last_sequence());
+  const SubscriberCounts counts = subscriber.report(target.next_sequence());
   std::vector<uint32_t> all;
   for (const Timed& t : timed) {
     all.insert(all.end(), t.ticks.begin(), t.ticks.end());

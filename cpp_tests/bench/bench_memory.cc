@@ -90,7 +90,7 @@ void flood_phase(const Options& o) {
     auto library = create_library(65536, endpoint);
     Target t = library_target(*library);
     auto subscriber = attach(endpoint, t);
-    subscriber->sync(t.last_sequence());
+    subscriber->sync(t.next_sequence());
     const double idle = rss_mb();
     std::atomic<bool> stop{false};
     uint64_t calls = 0;
@@ -120,7 +120,7 @@ void flood_phase(const Options& o) {
     }
     std::printf("\n");
     const kv::Stats stats = library->stats();
-    const SubscriberCounts counts = subscriber->report(t.last_sequence());
+    const SubscriberCounts counts = subscriber->report(t.next_sequence());
     std::printf(
         "flood %d s: RSS idle %.1f MB; sampled every second: first %.1f, last %.1f, "
         "max %.1f MB\n"

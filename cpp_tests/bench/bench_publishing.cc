@@ -70,7 +70,7 @@ ThroughputResult publisher_throughput(double seconds, Target& target, Subscriber
   ThroughputResult r;
   r.name = target.name;
   target.flush();
-  subscriber.sync(target.last_sequence());
+  subscriber.sync(target.next_sequence());
   const uint64_t published0 = published();
   const uint64_t dropped0 = target.dropped();
   const double cpu0 = process_cpu_seconds();
@@ -101,7 +101,7 @@ ThroughputResult publisher_throughput(double seconds, Target& target, Subscriber
   r.events = published() - published0;
   r.dropped = target.dropped() - dropped0;
   r.cpu_per_m = (process_cpu_seconds() - cpu0) / (static_cast<double>(r.events) / 1e6);
-  r.counts = subscriber.report(target.last_sequence());
+  r.counts = subscriber.report(target.next_sequence());
   return r;
 }
 
@@ -126,9 +126,9 @@ ThroughputResult raw_zmq_throughput(double seconds, const std::string& payload,
       zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, endpoint, &endpoint_size) != 0) {
     throw std::runtime_error(std::string("raw PUB: ") + zmq_strerror(zmq_errno()));
   }
-  uint64_t sequence = 0;
+  uint64_t next = 0;  // the sequence of the next message: the first is 0, as the library's
   auto send = [&] {
-    ++sequence;
+    const uint64_t sequence = next++;
     unsigned char s[8];
     for (int i = 0; i < 8; ++i) s[i] = static_cast<unsigned char>(sequence >> (56 - 8 * i));
     zmq_send(socket, "", 0, ZMQ_SNDMORE);
@@ -140,7 +140,7 @@ ThroughputResult raw_zmq_throughput(double seconds, const std::string& payload,
     if (!subscriber.wait_joined(send, std::chrono::seconds(10))) {
       throw std::runtime_error("the subscriber did not join the raw PUB");
     }
-    subscriber.sync(sequence);
+    subscriber.sync(next);
     const double cpu0 = process_cpu_seconds();
     const std::map<std::string, double> threads0 = cpu_by_thread_name();
     const uint64_t t0 = steady_ns();
@@ -153,7 +153,7 @@ ThroughputResult raw_zmq_throughput(double seconds, const std::string& payload,
     r.seconds = static_cast<double>(steady_ns() - t0) / 1e9;
     r.thread_cpu = cpu_delta(threads0, cpu_by_thread_name());
     r.events = messages * events_per_message;
-    r.counts = subscriber.report(sequence);
+    r.counts = subscriber.report(next);
     r.cpu_per_m = (process_cpu_seconds() - cpu0) / (static_cast<double>(r.events) / 1e6);
   }
   zmq_close(socket);
@@ -271,7 +271,7 @@ void sustained_phase(const Options& o) {
   bool going_down = false;
   for (int step = 0; step < o.search_steps + 8; ++step) {
     t.flush();
-    subscriber->sync(t.last_sequence());
+    subscriber->sync(t.next_sequence());
     const uint64_t dropped0 = t.dropped();
     const double cpu0 = process_cpu_seconds();
     const uint64_t start = steady_ns() + 5000000;
@@ -285,7 +285,7 @@ void sustained_phase(const Options& o) {
     const double achieved = static_cast<double>(calls) / o.duration;
     t.flush();
     const double cpu = process_cpu_seconds() - cpu0;
-    const SubscriberCounts counts = subscriber->report(t.last_sequence());
+    const SubscriberCounts counts = subscriber->report(t.next_sequence());
     const uint64_t dropped = t.dropped() - dropped0;
     const bool held = dropped == 0 && counts.missing == 0;
     // The producer's sleeps overshoot on a busy machine; past 10% short, the rate asked for
@@ -349,7 +349,7 @@ void removeall_phase(const Options& o) {
   Target t = library_target(*library);
   auto subscriber = attach(endpoint, t);
   t.flush();
-  subscriber->sync(t.last_sequence());
+  subscriber->sync(t.next_sequence());
   const kv::Stats before = library->stats();
   uint64_t first_ns = 0, last_ns = 0;
   run_threads(1, [&](int) {
@@ -364,7 +364,7 @@ void removeall_phase(const Options& o) {
   t.flush();
   const kv::Stats after = library->stats();
   // The subscriber stamps messages with CLOCK_MONOTONIC, the clock of steady_ns().
-  const SubscriberCounts counts = subscriber->report(after.last_sequence);
+  const SubscriberCounts counts = subscriber->report(after.next_sequence);
   // One removed event per call: what was not received was either dropped by the queue (the
   // library's count) or handed to the socket and lost behind it (at a high-water mark).
   const double calls = static_cast<double>(o.removeall_calls);

@@ -127,12 +127,12 @@ class Counter {
       joined_ = true;
       write_all(STDOUT_FILENO, "JOINED\n");
     }
-    if (have_last_) {
-      if (sequence > last_ + 1) counts_.missing += sequence - last_ - 1;
-      if (sequence <= last_) ++counts_.restarts;
+    if (have_next_) {
+      if (sequence > next_) counts_.missing += sequence - next_;
+      if (sequence < next_) ++counts_.restarts;
     }
-    have_last_ = true;
-    last_ = sequence;
+    have_next_ = true;
+    next_ = sequence + 1;
     ++counts_.messages;
     counts_.events += events;
     counts_.payload_bytes += size;
@@ -163,17 +163,18 @@ class Counter {
     }
   }
 
-  // Finishes the pending command once its sequence arrived or nothing came for too long.
+  // Finishes the pending command once every sequence below its target arrived (nothing to
+  // wait for when the target is 0) or nothing came for too long.
   void settle() {
     if (pending_.empty()) return;
-    const bool reached = have_last_ && last_ >= target_;
+    const bool reached = target_ == 0 || (have_next_ && next_ >= target_);
     if (!reached && monotonic_ns() - progress_ns_ < give_up_ns_) return;
     if (pending_ == "SYNC") {
       counts_ = SubscriberCounts();
-      // Whatever did not arrive belongs to the phase before: count gaps from target + 1.
-      if (!have_last_ || last_ < target_) {
-        have_last_ = target_ > 0;
-        last_ = target_;
+      // Whatever did not arrive belongs to the phase before: count gaps from the target on.
+      if (!have_next_ || next_ < target_) {
+        have_next_ = target_ > 0;
+        next_ = target_;
       }
       write_all(STDOUT_FILENO, reached ? "SYNCED 1\n" : "SYNCED 0\n");
     } else {
@@ -182,7 +183,7 @@ class Counter {
                     "COUNTS %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
                     " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n",
                     counts_.messages, counts_.events, counts_.missing, counts_.restarts,
-                    counts_.bad, counts_.payload_bytes, counts_.max_payload, last_,
+                    counts_.bad, counts_.payload_bytes, counts_.max_payload, next_,
                     counts_.first_ns, counts_.last_ns);
       write_all(STDOUT_FILENO, text);
     }
@@ -197,8 +198,8 @@ class Counter {
   void* socket_;
   SubscriberCounts counts_;
   bool joined_ = false;
-  bool have_last_ = false;
-  uint64_t last_ = 0;
+  bool have_next_ = false;
+  uint64_t next_ = 0;  // one past the last sequence received
   std::string pending_;
   uint64_t target_ = 0;
   uint64_t progress_ns_ = 0;
@@ -377,8 +378,8 @@ bool SubscriberProcess::wait_joined(const std::function<void()>& probe,
   return false;
 }
 
-bool SubscriberProcess::sync(uint64_t sequence) {
-  if (!send_line("SYNC " + std::to_string(sequence))) return false;
+bool SubscriberProcess::sync(uint64_t next) {
+  if (!send_line("SYNC " + std::to_string(next))) return false;
   return read_line(std::chrono::seconds(60)) == "SYNCED 1";
 }
 
@@ -386,20 +387,20 @@ bool SubscriberProcess::pause(std::chrono::milliseconds duration) {
   return send_line("PAUSE " + std::to_string(duration.count()));
 }
 
-SubscriberCounts SubscriberProcess::report(uint64_t sequence, std::chrono::milliseconds give_up) {
+SubscriberCounts SubscriberProcess::report(uint64_t next, std::chrono::milliseconds give_up) {
   SubscriberCounts counts;
-  if (!send_line("REPORT " + std::to_string(sequence) + " " + std::to_string(give_up.count()))) {
+  if (!send_line("REPORT " + std::to_string(next) + " " + std::to_string(give_up.count()))) {
     return counts;
   }
-  // The child answers once it has the sequence or after `give_up` of silence; a subscriber
-  // far behind may take minutes to get there, which is what the caller measures.
+  // The child answers once it has every sequence below `next` or after `give_up` of silence;
+  // a subscriber far behind may take minutes to get there, which is what the caller measures.
   const std::string line = read_line(std::chrono::minutes(10));
   const int fields =
       std::sscanf(line.c_str(),
                   "COUNTS %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64
                   " %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64,
                   &counts.messages, &counts.events, &counts.missing, &counts.restarts, &counts.bad,
-                  &counts.payload_bytes, &counts.max_payload, &counts.last_sequence,
+                  &counts.payload_bytes, &counts.max_payload, &counts.next_sequence,
                   &counts.first_ns, &counts.last_ns);
   counts.ok = fields == 10;
   return counts;

@@ -5,13 +5,18 @@
 // answers the parent over a pipe, one text line per command:
 //
 //   child -> parent  JOINED                  the first message arrived
-//   parent -> child  SYNC <seq>              receive up to sequence <seq>, then zero the counts
+//   parent -> child  SYNC <next>             receive every sequence below <next>, then zero
+//                                            the counts
 //   child -> parent  SYNCED <0|1>            (0: gave up after 1 s without a message)
 //   parent -> child  PAUSE <ms>              stop reading the socket for <ms> milliseconds
-//   parent -> child  REPORT <seq> [<ms>]     receive up to <seq> (or until nothing came for
-//                                            <ms>, default 1000), then report (counts stay)
+//   parent -> child  REPORT <next> [<ms>]    receive every sequence below <next> (or until
+//                                            nothing came for <ms>, default 1000), then report
+//                                            (counts stay)
 //   child -> parent  COUNTS <fields...>      see SubscriberCounts
 //   parent -> child  QUIT, or end of input   exit 0
+//
+// <next> is a publisher's next sequence: its messages are numbered from 0, so every one it
+// sent is below it.
 //
 // Its CPU time is its own: the publisher process's getrusage never includes it.
 #pragma once
@@ -57,8 +62,8 @@ struct SubscriberCounts {
   uint64_t bad = 0;            // messages that were not three frames with an 8-byte sequence
   uint64_t payload_bytes = 0;  // sum of payload sizes
   uint64_t max_payload = 0;    // largest payload
-  uint64_t last_sequence = 0;
-  uint64_t first_ns = 0;  // CLOCK_MONOTONIC of the first and last message received
+  uint64_t next_sequence = 0;  // one past the last sequence received (0: none yet)
+  uint64_t first_ns = 0;       // CLOCK_MONOTONIC of the first and last message received
   uint64_t last_ns = 0;
 
   // Events per second between the first and the last message.
@@ -77,12 +82,12 @@ class SubscriberProcess {
   // it received one: ZeroMQ subscriptions take effect a little after connect.
   bool wait_joined(const std::function<void()>& probe, std::chrono::milliseconds timeout);
 
-  // Lets the subscriber take everything up to `sequence`, then zero its counts.
-  bool sync(uint64_t sequence);
+  // Lets the subscriber take every sequence below `next`, then zero its counts.
+  bool sync(uint64_t next);
 
-  // What the subscriber received since the last sync, once it has `sequence` (or after
-  // `give_up` without any message).
-  SubscriberCounts report(uint64_t sequence,
+  // What the subscriber received since the last sync, once it has every sequence below
+  // `next` (or after `give_up` without any message).
+  SubscriberCounts report(uint64_t next,
                           std::chrono::milliseconds give_up = std::chrono::seconds(1));
 
   // Makes the subscriber stop reading its socket for `duration` (it answers nothing).

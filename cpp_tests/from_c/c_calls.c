@@ -108,7 +108,8 @@ int c_calls_publish(kv_events_publisher* p, char* failure, size_t failure_size) 
   CHECK(stats.cleared_suppressed == 1);
   CHECK(stats.dropped_events == 0);
   CHECK(stats.queue_capacity == 65536);
-  CHECK(stats.last_sequence == stats.published_batches);
+  /* Messages 0 to published_batches - 1, no event dropped: the next is published_batches. */
+  CHECK(stats.next_sequence == stats.published_batches);
   /* A caller that knows fewer fields gets exactly those: nothing past its size is written. */
   memset(&partial, 0xAB, sizeof partial);
   CHECK(kv_events_get_stats(p, &partial, offsetof(kv_events_stats, published_events)) ==
@@ -180,6 +181,12 @@ int c_calls_refusals(const char* endpoint, char* failure, size_t failure_size) {
         KV_EVENTS_ERR_INVALID_CONFIG);
   CHECK(strcmp(error, "kv_events_model_name is not valid UTF-8") == 0);
   config.model_name = NULL;
+  config.non_utf8 = "latin1";
+  CHECK(kv_events_create(&config, sizeof config, &p, error, sizeof error) ==
+        KV_EVENTS_ERR_INVALID_CONFIG);
+  CHECK(p == NULL);
+  CHECK(contains(error, "kv_events_non_utf8"));
+  config.non_utf8 = "skip";
 
   /* An endpoint that cannot be bound: KV_EVENTS_ERR_BIND, naming it; truncated to the buffer. */
   config.bind_endpoint = "not-an-endpoint";
@@ -215,6 +222,7 @@ int c_calls_refusals(const char* endpoint, char* failure, size_t failure_size) {
   kv_events_config_init(&config, sizeof config);
   CHECK(config.queue_capacity == 65536 && config.emit_object_key && config.emit_legacy_compat);
   CHECK(strcmp(config.ipc_mode, "0660") == 0);
+  CHECK(!config.reannounce_remaining && strcmp(config.non_utf8, "skip") == 0);
 
   /* A disabled config, from a caller whose header ends before emit_object_key (an older one):
    * a publisher whose calls do nothing, any string accepted. */

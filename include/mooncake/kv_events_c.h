@@ -156,7 +156,13 @@ typedef struct kv_events_publisher kv_events_publisher;
   U32(heartbeat_ms, 0)                                                                             \
   /* requesters one snapshot serves at once; requests of the same scope share one enumeration;     \
    * 1 to 4096 */                                                                                  \
-  U32(snapshot_max_requesters, 64)
+  U32(snapshot_max_requesters, 64)                                                                 \
+  /* true: a removed that leaves the object readable on another medium is followed, in the same    \
+   * message, by a stored for each medium left (for readers that keep only presence by key) */     \
+  BOOL(reannounce_remaining, false)                                                                \
+  /* a tenant, key or group that is not UTF-8: "skip" (not published, counted; "" or NULL too),   \
+   * "bin" (msgpack bin) or "str" (msgpack str holding the raw bytes) */                           \
+  STRING(non_utf8, "skip")
 
 /* How the lists of this header declare a struct's members; internal to the header. */
 #define KV_EVENTS_MEMBER_BOOL_(name, default_value) bool name;
@@ -251,8 +257,8 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(send_failures, counter, "Messages the socket refused.")                                        \
   X(queue_depth, gauge, "Calls whose events wait in the queue.")                                   \
   X(queue_capacity, gauge, "Calls the queue holds before dropping the oldest.")                    \
-  X(last_sequence, gauge,                                                                          \
-    "Last transport sequence taken: by a message, or by events dropped since.")                    \
+  X(next_sequence, gauge,                                                                          \
+    "Transport sequence of the next message; every number below it was taken.")                    \
   X(refused_handshakes, counter,                                                                   \
     "Subscriber handshakes refused: not on an allow-list, wrong mechanism, wrong CURVE key.")      \
   X(incarnation, info,                                                                             \
@@ -272,7 +278,7 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
   X(replays_abandoned, counter, "Replays given up because the requester stopped reading.")         \
   X(replay_buffer_bytes, gauge, "Bytes of payloads the replay buffer holds.")                      \
   X(replay_oldest_sequence, gauge,                                                                 \
-    "Oldest sequence a replay can send; 0 when the buffer is empty.")                              \
+    "Oldest sequence a replay can send; the next sequence when the buffer is empty.")              \
   X(snapshots_served, counter, "Snapshots sent whole on the replay socket.")                       \
   X(snapshots_abandoned, counter,                                                                  \
     "Snapshots given up because the requester stopped reading or the publisher stopped.")          \
@@ -284,7 +290,9 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
     "Event calls with a media bit other than cpu and disk, or a put commit with no medium.")       \
   X(replay_bytes_in_flight, gauge,                                                                 \
     "Bytes of replayed messages not yet written to their requesters.")                             \
-  X(heartbeats, counter, "Messages with no event sent after a silence.")
+  X(heartbeats, counter, "Messages with no event sent after a silence.")                          \
+  X(skipped_non_utf8_events, counter,                                                              \
+    "Events not published: a tenant, key or group not UTF-8 with kv_events_non_utf8=skip.")
 
 #define KV_EVENTS_STAT_TYPE_flag bool
 #define KV_EVENTS_STAT_TYPE_counter uint64_t

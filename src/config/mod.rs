@@ -114,6 +114,17 @@ mod bridge {
         /// once. Requests of the same scope that arrive while a snapshot is taken share it
         /// (one enumeration of the master); past this many, "busy". 1 to 4096.
         pub snapshot_max_requesters: u32,
+        /// `kv_events_reannounce_remaining`, default false: a `removed` that leaves the object
+        /// readable on another medium is followed, in the same message, by a `stored` for each
+        /// medium left, so that a reader keeping only whether a key is present (Dynamo's
+        /// Mooncake reader) keeps the object. Per-medium readers are unaffected: a `stored` of
+        /// a medium already held changes nothing.
+        pub reannounce_remaining: bool,
+        /// `kv_events_non_utf8`, default `"skip"` (empty too): how an event whose tenant, key
+        /// or group is not UTF-8 goes out ([`NonUtf8`]): `"skip"` (not at all, counted in
+        /// `skipped_non_utf8_events`, in snapshots too), `"bin"` (msgpack bin, byte for byte)
+        /// or `"str"` (msgpack str holding the raw bytes, as Mooncake's own publisher did).
+        pub non_utf8: String,
     }
 }
 
@@ -147,6 +158,8 @@ impl Default for Config {
             replay_topic_frame: true,
             heartbeat_ms: 0,
             snapshot_max_requesters: 64,
+            reannounce_remaining: false,
+            non_utf8: NonUtf8::Skip.as_str().to_owned(),
         }
     }
 }
@@ -226,6 +239,15 @@ impl Config {
                 "must be between 1 and 4096",
             );
         }
+        if self.non_utf8.parse::<NonUtf8>().is_err() {
+            return invalid(
+                "kv_events_non_utf8",
+                &format!(
+                    "must be skip (or empty), bin or str, not {:?}",
+                    self.non_utf8
+                ),
+            );
+        }
         if !self.replay_endpoint.is_empty() && self.replay_endpoint == self.bind_endpoint {
             return invalid(
                 "kv_events_replay_endpoint",
@@ -236,6 +258,51 @@ impl Config {
             config: self.clone(),
             access: Some(Access::read(self)?),
         })
+    }
+}
+
+/// How an event whose tenant, key or group is not UTF-8 goes out (`kv_events_non_utf8`).
+///
+/// Readers differ on such strings: a strict decoder into string types refuses a msgpack
+/// `bin` where it wants a `str`, and a `str` whose bytes are not UTF-8 (Dynamo's rmp-serde
+/// reader refuses both, then takes the lost message for a gap and empties its index;
+/// Conductor refuses `bin` alone and takes raw `str`). An event with such a string always
+/// goes in a message without other calls' events, so a refusal costs that call alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NonUtf8 {
+    /// Not published at all: the call's events are dropped before they take a sequence
+    /// number, counted in `skipped_non_utf8_events`, and snapshots leave such objects out,
+    /// so every reader's index stays exact without them.
+    #[default]
+    Skip,
+    /// As msgpack `bin`, byte for byte.
+    Bin,
+    /// As msgpack `str` holding the raw bytes.
+    Str,
+}
+
+impl NonUtf8 {
+    /// The flag's value for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NonUtf8::Skip => "skip",
+            NonUtf8::Bin => "bin",
+            NonUtf8::Str => "str",
+        }
+    }
+}
+
+impl std::str::FromStr for NonUtf8 {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<NonUtf8, String> {
+        match text {
+            // Empty is the default, as an empty string flag is elsewhere (a C caller's NULL).
+            "" | "skip" => Ok(NonUtf8::Skip),
+            "bin" => Ok(NonUtf8::Bin),
+            "str" => Ok(NonUtf8::Str),
+            other => Err(format!("{other:?} is not skip, bin or str")),
+        }
     }
 }
 
@@ -312,7 +379,10 @@ mod tests {
             line.contains(" backend_id=\"a, b: \\\"c\\\"\\nd\" model_name=\"\" "),
             "{line}"
         );
-        assert!(line.ends_with(" snapshot_max_requesters=64"), "{line}");
+        assert!(
+            line.ends_with(" reannounce_remaining=false non_utf8=\"skip\""),
+            "{line}"
+        );
         assert!(!line.contains('\n'), "{line}");
         let debug = format!("{config:#?}");
         let names: Vec<&str> = debug

@@ -202,7 +202,9 @@ impl Publisher {
     }
 
     /// Any other mutation: `removed` for each medium in `before − after`, then `stored` for
-    /// each in `after − before`. Equal sets: nothing.
+    /// each in `after − before`. Equal sets: nothing. With `kv_events_reannounce_remaining`,
+    /// a call that removes a medium stores every medium of `after`, so the object's remaining
+    /// media follow its `removed` in the same message.
     pub fn on_medium_delta(
         &self,
         tenant: impl AsRef<[u8]>,
@@ -211,7 +213,13 @@ impl Publisher {
         before: MediumSet,
         after: MediumSet,
     ) {
-        let (removed, stored) = (before.minus(after), after.minus(before));
+        let Some(enabled) = &self.enabled else { return };
+        let removed = before.minus(after);
+        let stored = if enabled.shared.reannounce_remaining && !removed.is_empty() {
+            after
+        } else {
+            after.minus(before)
+        };
         self.announce(
             tenant.as_ref(),
             key.as_ref(),

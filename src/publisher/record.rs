@@ -165,7 +165,9 @@ impl ObjectEvents {
     }
 
     /// Whether the call made the object readable on a medium it was not on: such a call
-    /// must stop a RemoveAll that scanned before it from clearing the tenant.
+    /// must stop a RemoveAll that scanned before it from clearing the tenant. A `stored`
+    /// that `kv_events_reannounce_remaining` adds for a medium the object kept counts too:
+    /// it may suppress a `cleared`, which is always safe.
     pub(crate) fn adds_medium(&self) -> bool {
         !self.stored.is_empty()
     }

@@ -17,18 +17,25 @@ pub(crate) struct Shared {
     pub(crate) strings: StringPool,
     pub(crate) counters: Counters,
     pub(crate) emit_object_key: bool,
+    /// `kv_events_reannounce_remaining`: a `removed` brings a `stored` of each medium left.
+    pub(crate) reannounce_remaining: bool,
     closing: AtomicBool,
     /// Set once the publishing thread is joined: nothing will take records off the queue.
     stopped: AtomicBool,
 }
 
 impl Shared {
-    pub(crate) fn new(queue: EventQueue, emit_object_key: bool) -> Shared {
+    pub(crate) fn new(
+        queue: EventQueue,
+        emit_object_key: bool,
+        reannounce_remaining: bool,
+    ) -> Shared {
         Shared {
             strings: StringPool::for_queue(queue.capacity()),
             queue,
             counters: Counters::default(),
             emit_object_key,
+            reannounce_remaining,
             closing: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
         }
@@ -111,7 +118,7 @@ mod tests {
     fn a_push_that_lands_after_shutdown_drained_the_queue_is_counted_as_dropped() {
         // The state a caller meets when it passed the closing check, then was descheduled
         // while shutdown joined the thread and drained: its push must not stay queued.
-        let shared = Shared::new(EventQueue::new(4), true);
+        let shared = Shared::new(EventQueue::new(4), true, false);
         shared.push(object("before", 2));
         shared.finish();
         shared.push(object("late", 2));
@@ -121,7 +128,7 @@ mod tests {
 
     #[test]
     fn while_running_a_push_stays_queued() {
-        let shared = Shared::new(EventQueue::new(4), true);
+        let shared = Shared::new(EventQueue::new(4), true, false);
         shared.push(object("k", 2));
         assert_eq!(shared.queue.len(), 1);
         assert_eq!(shared.counters.dropped_events.load(Relaxed), 0);
@@ -129,7 +136,7 @@ mod tests {
 
     #[test]
     fn every_block_comes_back_from_calls_pushed_out_and_calls_left_queued() {
-        let shared = Shared::new(EventQueue::new(4), true);
+        let shared = Shared::new(EventQueue::new(4), true, false);
         let cpu = MediumSet::EMPTY.with(Medium::Cpu);
         for _ in 0..10 {
             let long = ObjectEvents::new(

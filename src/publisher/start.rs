@@ -31,6 +31,7 @@ impl Publisher {
         let shared = Arc::new(Shared::new(
             EventQueue::new(config.queue_capacity as usize),
             config.emit_object_key,
+            config.reannounce_remaining,
         ));
         let peers = Arc::clone(&shared.counters.peers);
         let sockets = Sockets::open(config, access, Arc::clone(&peers), replay::prepare)?;

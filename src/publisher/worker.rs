@@ -54,8 +54,9 @@ pub(crate) struct Worker {
     scans: ScanLog,
     batch: Vec<Record>,
     batch_events: usize,
-    /// The last transport sequence taken: by a message, sent or not, or by a dropped event.
-    sequence: u64,
+    /// The transport sequence the next message takes; every number below it was taken, by a
+    /// message, sent or not, or by a dropped event. The first message is 0, as vLLM numbers.
+    next_sequence: u64,
     /// `dropped_events` when numbers were last taken for drops: the growth since is the
     /// next gap.
     dropped_seen: u64,
@@ -88,7 +89,7 @@ pub(crate) struct Outlet {
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Worker")
-            .field("sequence", &self.sequence)
+            .field("next_sequence", &self.next_sequence)
             .finish_non_exhaustive()
     }
 }
@@ -114,7 +115,7 @@ impl Worker {
             scans: ScanLog::default(),
             batch: Vec::with_capacity(MAX_BATCH_EVENTS),
             batch_events: 0,
-            sequence: 0,
+            next_sequence: 0,
             dropped_seen: 0,
             payload: Vec::with_capacity(64 * 1024),
             send_failures: RateLimited::new(Duration::from_secs(10)),
@@ -157,11 +158,11 @@ impl Worker {
         log(
             Level::Info,
             &format!(
-                "kv events publisher stopped: {} events in {} batches, {} dropped, last sequence {}",
+                "kv events publisher stopped: {} events in {} batches, {} dropped, next sequence {}",
                 counters.published_events.load(Relaxed),
                 counters.published_batches.load(Relaxed),
                 counters.dropped_events.load(Relaxed),
-                self.sequence
+                self.next_sequence
             ),
         );
         let linger = deadline.saturating_duration_since(Instant::now());
@@ -231,26 +232,23 @@ impl Worker {
     /// Sends `payload` as the next message, `[topic, sequence, payload]`, for the replay
     /// socket too, counting a failure.
     fn send_payload(&mut self) -> zmq::Result<()> {
-        self.sequence += 1;
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
         self.shared
             .counters
-            .last_sequence
-            .store(self.sequence, Relaxed);
+            .next_sequence
+            .store(self.next_sequence, Relaxed);
         self.last_message = Instant::now();
         let sent = self
             .socket
             .send(&self.topic[..], zmq::SNDMORE)
-            .and_then(|()| {
-                self.socket
-                    .send(&self.sequence.to_be_bytes()[..], zmq::SNDMORE)
-            })
+            .and_then(|()| self.socket.send(&sequence.to_be_bytes()[..], zmq::SNDMORE))
             .and_then(|()| self.socket.send(&self.payload[..], 0));
         if let Some(ring) = &self.ring {
-            ring.sent(self.sequence, sent.is_ok().then_some(&self.payload[..]));
+            ring.sent(sequence, sent.is_ok().then_some(&self.payload[..]));
         }
         if let Err(e) = sent {
             Counters::add(&self.shared.counters.send_failures, 1);
-            let sequence = self.sequence;
             self.send_failures.log(Level::Warn, || {
                 format!("sending message {sequence} failed: {e}; its events are lost")
             });
@@ -287,16 +285,29 @@ impl Worker {
 
     fn accept(&mut self, record: Record) {
         self.scans.advance();
+        // A record's events share its tenant, key and group: the first one tells.
+        let not_utf8 = events_of(&record)
+            .next()
+            .is_some_and(|event| needs_own_message(&event));
+        if not_utf8 && self.encoder.skips_non_utf8() {
+            // Dropped before it takes a sequence number: no reader sees a gap for it.
+            Counters::add(
+                &self.shared.counters.skipped_non_utf8_events,
+                record.event_count(),
+            );
+            record.recycle(&self.shared.strings);
+            return;
+        }
         match record {
             Record::Object(ref object) => {
                 if object.adds_medium() {
                     self.scans.medium_added(object.tenant());
                 }
-                self.add_to_batch(record);
+                self.add_to_batch(record, not_utf8);
             }
             Record::Cleared(ref cleared) => {
                 if self.scans.may_clear(cleared.scan, &cleared.tenant) {
-                    self.add_to_batch(record);
+                    self.add_to_batch(record, not_utf8);
                 } else {
                     Counters::add(&self.shared.counters.cleared_suppressed, 1);
                 }
@@ -310,14 +321,10 @@ impl Worker {
     }
 
     /// Keeps a call's events in one batch: a record that does not fit starts the next one.
-    /// A record whose strings are not all UTF-8 goes in a batch of its own: the batch before
-    /// it is sent first, and it is sent at once.
-    fn add_to_batch(&mut self, record: Record) {
+    /// A record whose strings are not all UTF-8 (`alone`) goes in a batch of its own: the
+    /// batch before it is sent first, and it is sent at once.
+    fn add_to_batch(&mut self, record: Record, alone: bool) {
         let events = record.event_count();
-        // A record's events share its tenant, key and group: the first one tells.
-        let alone = events_of(&record)
-            .next()
-            .is_some_and(|event| needs_own_message(&event));
         if alone || self.batch_events + events > MAX_BATCH_EVENTS {
             self.send_batch();
         }
@@ -338,14 +345,14 @@ impl Worker {
         if dropped == self.dropped_seen {
             return;
         }
-        self.sequence += dropped - self.dropped_seen;
+        self.next_sequence += dropped - self.dropped_seen;
         self.dropped_seen = dropped;
         self.shared
             .counters
-            .last_sequence
-            .store(self.sequence, Relaxed);
+            .next_sequence
+            .store(self.next_sequence, Relaxed);
         if let Some(ring) = &self.ring {
-            ring.taken(self.sequence);
+            ring.taken(self.next_sequence);
         }
     }
 

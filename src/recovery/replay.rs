@@ -49,8 +49,9 @@ pub(crate) struct Ring {
     capacity: u64,
     /// The messages, and their payloads' bytes.
     held: Mutex<(VecDeque<Sent>, u64)>,
-    /// The last sequence taken: by a message, delivered or not, or by dropped events.
-    last_sequence: AtomicU64,
+    /// The sequence the next message takes: every number below it was taken, by a message,
+    /// delivered or not, or by dropped events.
+    next_sequence: AtomicU64,
     counters: Arc<PeerCounters>,
 }
 
@@ -59,29 +60,32 @@ impl Ring {
         Ring {
             capacity,
             held: Mutex::new((VecDeque::new(), 0)),
-            last_sequence: AtomicU64::new(0),
+            next_sequence: AtomicU64::new(0),
             counters,
         }
     }
 
-    /// The publishing thread took the numbers up to `sequence` for events it dropped.
-    pub(crate) fn taken(&self, sequence: u64) {
-        self.last_sequence.store(sequence, Relaxed);
+    /// The publishing thread took the numbers below `next` for events it dropped.
+    pub(crate) fn taken(&self, next: u64) {
+        self.next_sequence.store(next, Relaxed);
+        self.note_oldest(&self.held.lock().unwrap_or_else(PoisonError::into_inner).0);
     }
 
-    /// The last sequence the publishing thread took, by a message or by dropped events:
-    /// everything numbered up to it happened before now.
-    pub(crate) fn last_taken(&self) -> u64 {
-        self.last_sequence.load(Relaxed)
+    /// The sequence the next message takes: everything numbered below it happened before
+    /// now.
+    pub(crate) fn next_sequence(&self) -> u64 {
+        self.next_sequence.load(Relaxed)
     }
 
     /// The publishing thread sent message `sequence`; `payload` when the socket took it.
     pub(crate) fn sent(&self, sequence: u64, payload: Option<&[u8]>) {
-        self.last_sequence.store(sequence, Relaxed);
+        self.next_sequence.store(sequence + 1, Relaxed);
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let Some(payload) = payload.filter(|p| p.len() as u64 <= self.capacity) else {
+            // Nothing kept: an empty buffer's oldest moves on with the next sequence.
+            self.note_oldest(&held.0);
             return;
         };
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let (messages, bytes) = &mut *held;
         messages.push_back((sequence, Arc::from(payload)));
         *bytes += payload.len() as u64;
@@ -92,26 +96,33 @@ impl Ring {
             *bytes -= gone.len() as u64;
         }
         self.counters.replay_buffer_bytes.store(*bytes, Relaxed);
-        let oldest = messages.front().map_or(0, |(s, _)| *s);
+        self.note_oldest(messages);
+    }
+
+    /// Publishes the oldest sequence a replay can send in the stats: the first held, or the
+    /// next one when none is held.
+    fn note_oldest(&self, messages: &VecDeque<Sent>) {
+        let oldest = messages.front().map_or(self.next_sequence(), |(s, _)| *s);
         self.counters.replay_oldest_sequence.store(oldest, Relaxed);
     }
 
-    /// Up to `max` held messages with sequences from `from` through `through`.
-    fn slice(&self, from: u64, through: u64, max: usize) -> Vec<Sent> {
+    /// Up to `max` held messages with sequences from `from` up to, not including, `until`.
+    fn slice(&self, from: u64, until: u64, max: usize) -> Vec<Sent> {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let messages = &held.0;
         let start = messages.partition_point(|(s, _)| *s < from);
         messages
             .range(start..)
-            .take_while(|(s, _)| *s <= through)
+            .take_while(|(s, _)| *s < until)
             .take(max)
             .cloned()
             .collect()
     }
 
+    /// The oldest sequence a replay can send: the first held, or the next one when none is.
     fn oldest(&self) -> u64 {
         let held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        held.0.front().map_or(0, |(s, _)| *s)
+        held.0.front().map_or(self.next_sequence(), |(s, _)| *s)
     }
 }
 
@@ -141,8 +152,8 @@ pub(crate) type SourceSlot = RwLock<Option<Arc<dyn ObjectSource>>>;
 struct Replay {
     requester: Requester,
     next: u64,
-    /// The last sequence sent when the request came: a replay ends there.
-    through: u64,
+    /// The next sequence when the request came: a replay ends before it.
+    until: u64,
 }
 
 /// The running thread `kv-events-replay`; dropping it stops and joins the thread.
@@ -185,7 +196,7 @@ impl Server {
             context: snapshot::Context {
                 config: Arc::new(config.clone()),
                 incarnation,
-                sequence_now: Arc::new(move || taken.last_taken()),
+                next_sequence: Arc::new(move || taken.next_sequence()),
                 live_backlog,
             },
         };
@@ -295,7 +306,7 @@ impl Serving {
                 self.replays.push(Replay {
                     requester: Requester::new(peer, fd),
                     next: from,
-                    through: self.ring.last_sequence.load(Relaxed),
+                    until: self.ring.next_sequence(),
                 });
             }
             Ok(Request::Info) => {
@@ -327,7 +338,7 @@ impl Serving {
             incarnation: id.incarnation,
             backend_id: id.backend_id.clone(),
             dp_rank: u64::from(id.dp_rank),
-            last_sequence: self.ring.last_taken(),
+            next_sequence: self.ring.next_sequence(),
             oldest_sequence: self.ring.oldest(),
             snapshots: self.source().is_some(),
             subscribers: peers.subscribers.load(Relaxed),
@@ -413,7 +424,7 @@ impl Serving {
     fn advance_one(&mut self, i: usize) -> bool {
         let replay = &mut self.replays[i];
         let (socket, counters) = (&mut self.socket, &self.counters);
-        let slice = self.ring.slice(replay.next, replay.through, SLICE);
+        let slice = self.ring.slice(replay.next, replay.until, SLICE);
         if slice.is_empty() {
             let end: Arc<[u8]> = Arc::from(&[][..]);
             let head = self.identity.form.end_head();
@@ -469,24 +480,33 @@ mod tests {
     #[test]
     fn the_ring_keeps_the_newest_within_its_bytes() {
         let ring = Ring::new(10, Arc::default());
-        for sequence in 1..=5 {
+        // Empty, a replay could start at the next message: 0.
+        assert_eq!((ring.next_sequence(), ring.oldest()), (0, 0));
+        for sequence in 0..5 {
             ring.sent(sequence, Some(&[sequence as u8; 3]));
         }
         // 3 messages of 3 bytes fit in 10.
         let held: Vec<u64> = ring.slice(0, u64::MAX, 100).iter().map(|m| m.0).collect();
-        assert_eq!(held, [3, 4, 5]);
-        assert_eq!(ring.oldest(), 3);
+        assert_eq!(held, [2, 3, 4]);
+        assert_eq!(ring.oldest(), 2);
+        assert_eq!(ring.counters.replay_oldest_sequence.load(Relaxed), 2);
         assert_eq!(ring.counters.replay_buffer_bytes.load(Relaxed), 9);
         // A failed send takes its number but leaves nothing to replay.
-        ring.sent(6, None);
-        assert_eq!(ring.last_sequence.load(Relaxed), 6);
-        let from_4: Vec<u64> = ring.slice(4, 6, 1).iter().map(|m| m.0).collect();
-        assert_eq!(from_4, [4]);
+        ring.sent(5, None);
+        assert_eq!(ring.next_sequence(), 6);
+        let from_3: Vec<u64> = ring.slice(3, 6, 1).iter().map(|m| m.0).collect();
+        assert_eq!(from_3, [3]);
+        let before_4: Vec<u64> = ring.slice(0, 4, 100).iter().map(|m| m.0).collect();
+        assert_eq!(before_4, [2, 3]);
         // A payload larger than the whole buffer is not kept.
-        ring.sent(7, Some(&[0; 11]));
-        assert_eq!(ring.oldest(), 3);
-        // Two dropped events take 8 and 9.
+        ring.sent(6, Some(&[0; 11]));
+        assert_eq!(ring.oldest(), 2);
+        // A buffer that keeps nothing says its oldest is the next sequence.
+        let none = Ring::new(0, Arc::default());
+        none.sent(0, Some(&[1]));
+        assert_eq!(none.counters.replay_oldest_sequence.load(Relaxed), 1);
+        // Two dropped events take 7 and 8.
         ring.taken(9);
-        assert_eq!((ring.last_taken(), ring.oldest()), (9, 3));
+        assert_eq!((ring.next_sequence(), ring.oldest()), (9, 2));
     }
 }

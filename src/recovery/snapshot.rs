@@ -12,19 +12,19 @@
 //! master's caller), and it yields whenever the callers' queue holds more than
 //! [`LIVE_FIRST`] calls, so that the live stream keeps its rate.
 //!
-//! Why applying a snapshot, then every stream message numbered above its `sequence` S, gives
-//! the master's state: S is the last sequence the publishing thread took before the source
-//! reads anything, by a message or for dropped events, so everything numbered up to S
-//! happened before the snapshot began; the publishing thread numbers drops between batches,
-//! where they stand in the stream, never ahead of a batch it holds (`worker.rs`). The
-//! master changes an object and makes the call
-//! that announces it under the same lock that the source takes to copy the object out. A
-//! change the source saw was announced by a message that is either at most S (sent before
-//! the snapshot began, so already in the state the snapshot shows) or above S (applied
-//! again; events are absolute, so applying one again changes nothing). A change the source
-//! did not see came after it copied that object, so after the snapshot began: its message is
-//! above S, and applying it brings the object up to date. A message above S that was lost is
-//! a gap the subscriber sees.
+//! Why applying a snapshot, then every stream message numbered from its `next_sequence` N on,
+//! gives the master's state: N is the sequence the publishing thread would take next before
+//! the source reads anything, every number below it taken by a message or for dropped events,
+//! so everything numbered below N happened before the snapshot began; the publishing thread
+//! numbers drops between batches, where they stand in the stream, never ahead of a batch it
+//! holds (`worker.rs`). The master changes an object and makes the call that announces it
+//! under the same lock that the source takes to copy the object out. A change the source saw
+//! was announced by a message that is either below N (sent before the snapshot began, so
+//! already in the state the snapshot shows) or at least N (applied again; events are
+//! absolute, so applying one again changes nothing). A change the source did not see came
+//! after it copied that object, so after the snapshot began: its message is at least N, and
+//! applying it brings the object up to date. A message from N on that was lost is a gap the
+//! subscriber sees.
 
 use crate::config::Config;
 use crate::error::CreateError;
@@ -134,7 +134,9 @@ impl std::fmt::Debug for Snapshot {
 
 impl Snapshot {
     /// Adds one readable object: a `stored` event for each medium of `media`. An empty key
-    /// is left out, as on the stream. `Err(Abandoned)` once the snapshot was given up.
+    /// is left out, as on the stream, and so is an object the stream leaves out for a string
+    /// that is not UTF-8 (`kv_events_non_utf8=skip`). `Err(Abandoned)` once the snapshot was
+    /// given up.
     pub fn add(
         &mut self,
         tenant: &[u8],
@@ -154,16 +156,20 @@ impl Snapshot {
         if !in_scope || key.is_empty() || media.is_empty() || !self.emit_object_key {
             return Ok(());
         }
-        self.objects += 1;
-        // An object's events travel together, as a call's do on the stream, and alone when
-        // a string is not UTF-8.
-        let alone = needs_own_message(&Event {
+        let event = Event {
             kind: EventKind::Stored,
             medium: None,
             tenant,
             key,
             group,
-        });
+        };
+        // An object's events travel together, as a call's do on the stream, and alone when
+        // a string is not UTF-8, or not at all.
+        let alone = needs_own_message(&event);
+        if alone && self.encoder.skips_non_utf8() {
+            return Ok(());
+        }
+        self.objects += 1;
         if alone || self.pending.len() + media.len() > MAX_BATCH_EVENTS {
             self.send_pending()?;
         }
@@ -226,8 +232,8 @@ fn now_ms() -> u64 {
 pub(crate) struct Context {
     pub(crate) config: Arc<Config>,
     pub(crate) incarnation: u64,
-    /// The S of a snapshot starting now: see the module's documentation.
-    pub(crate) sequence_now: Arc<dyn Fn() -> u64 + Send + Sync>,
+    /// The N of a snapshot starting now: see the module's documentation.
+    pub(crate) next_sequence: Arc<dyn Fn() -> u64 + Send + Sync>,
     /// Calls waiting in the publisher's queue now.
     pub(crate) live_backlog: Arc<dyn Fn() -> usize + Send + Sync>,
 }
@@ -262,7 +268,7 @@ fn run(
     context: &Context,
     out: SyncSender<Piece>,
 ) {
-    let sequence = (context.sequence_now)();
+    let next_sequence = (context.next_sequence)();
     let mut snapshot = Snapshot {
         scope: scope.clone(),
         emit_object_key: context.config.emit_object_key,
@@ -283,7 +289,7 @@ fn run(
         Ok(Ok(())) => match snapshot.send_pending() {
             Ok(()) => Piece::End(
                 SnapshotEnd {
-                    sequence,
+                    next_sequence,
                     objects: snapshot.objects,
                     events: snapshot.events,
                     incarnation: context.incarnation,

@@ -113,10 +113,7 @@ impl ReplayClient {
             if let Ok(fresh) = Self::open(&self.context, &self.endpoint, self.curve.as_ref()) {
                 self.socket = fresh;
             }
-            return Err(WatchError::Replay(format!(
-                "{} did not answer in time",
-                self.endpoint
-            )));
+            return Err(WatchError::Unanswered(self.endpoint.clone()));
         }
         self.socket.recv_multipart(0).map_err(WatchError::Socket)
     }
@@ -142,20 +139,55 @@ fn below(frame: &[u8], until: u64) -> bool {
     <[u8; 8]>::try_from(frame).is_ok_and(|b| u64::from_be_bytes(b) < until)
 }
 
-/// How long a replay or an `info` may take.
-const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a replay may take.
+const REPLAY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an `info` may take: one small reply.
+const INFO_TIMEOUT: Duration = Duration::from_secs(1);
+/// After a request the replay socket did not answer, how long it is not asked again: a
+/// subscriber that asks on every quiet second would otherwise wait on a dead socket as long
+/// as it reads.
+const SILENT_FOR: Duration = Duration::from_secs(10);
 
-/// Fills a subscriber's gaps from the replay socket, as far as its buffer reaches.
+/// Fills a subscriber's gaps from the replay socket, as far as its buffer reaches. A replay
+/// socket that did not answer is not asked again for ten seconds: meanwhile its requests
+/// fail at once with [`WatchError::Unanswered`], so that a dead socket never holds up the
+/// reading of the stream.
 #[derive(Debug)]
 pub struct Catchup {
     client: ReplayClient,
     last: Option<u64>,
+    /// Until when requests fail without being sent, after one got no answer.
+    silent_until: Option<Instant>,
 }
 
 impl Catchup {
     /// Follows the stream with `client`.
     pub fn new(client: ReplayClient) -> Catchup {
-        Catchup { client, last: None }
+        Catchup {
+            client,
+            last: None,
+            silent_until: None,
+        }
+    }
+
+    /// Sends a request with `ask`, unless the socket is known silent; a request that gets no
+    /// answer makes it silent for [`SILENT_FOR`].
+    fn ask<T>(
+        &mut self,
+        ask: impl FnOnce(&mut ReplayClient) -> Result<T, WatchError>,
+    ) -> Result<T, WatchError> {
+        if self
+            .silent_until
+            .is_some_and(|until| Instant::now() < until)
+        {
+            return Err(WatchError::Unanswered(self.client.endpoint.clone()));
+        }
+        let answer = ask(&mut self.client);
+        self.silent_until = match &answer {
+            Err(e) if e.is_unanswered() => Some(Instant::now() + SILENT_FOR),
+            _ => None,
+        };
+        answer
     }
 
     /// `batch` came from the stream: the batches to take in its place, in order, each with
@@ -168,7 +200,8 @@ impl Catchup {
         let mut failure = None;
         let gap = self.last.filter(|last| batch.sequence > last + 1);
         if let Some(last) = gap {
-            match self.client.replay(last + 1, batch.sequence, ASK_TIMEOUT) {
+            let until = batch.sequence;
+            match self.ask(|client| client.replay(last + 1, until, REPLAY_TIMEOUT)) {
                 Ok(replayed) => batches.extend(replayed),
                 Err(e) => failure = Some(e),
             }
@@ -179,27 +212,26 @@ impl Catchup {
 
     /// Asks the publisher where it stands (its `info`), without replaying anything.
     pub fn info(&mut self) -> Result<Info, WatchError> {
-        self.client.info(ASK_TIMEOUT)
+        self.ask(|client| client.info(INFO_TIMEOUT))
     }
 
-    /// The stream is quiet: asks the publisher for its last sequence and replays what it
+    /// The stream is quiet: asks the publisher for its next sequence and replays what it
     /// sent after the last message seen. Returns the replayed batches and the sequence
     /// numbers at the end that are lost for good (no later message would show them).
     pub fn check_end(&mut self) -> Result<(Vec<Batch>, u64), WatchError> {
         let Some(last) = self.last else {
             return Ok((Vec::new(), 0));
         };
-        let info = self.client.info(ASK_TIMEOUT)?;
-        if info.last_sequence <= last {
+        let info = self.info()?;
+        if info.next_sequence <= last + 1 {
             return Ok((Vec::new(), 0));
         }
-        let replayed = self
-            .client
-            .replay(last + 1, info.last_sequence + 1, ASK_TIMEOUT)?;
+        let replayed =
+            self.ask(|client| client.replay(last + 1, info.next_sequence, REPLAY_TIMEOUT))?;
         let batches = self.sequence(replayed);
         let reached = self.last.unwrap_or(last);
-        self.last = Some(info.last_sequence);
-        Ok((batches, info.last_sequence - reached))
+        self.last = Some(info.next_sequence - 1);
+        Ok((batches, info.next_sequence - 1 - reached))
     }
 
     /// Sets each batch's continuity to the one before it, from the last sequence seen.

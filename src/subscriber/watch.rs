@@ -58,7 +58,7 @@ impl<E> Batch<E> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Continuity {
     /// The first message seen; `missed` messages or dropped events came before it
-    /// (0 when the sequence is 1).
+    /// (0 when the sequence is 0, the first a publisher sends).
     First {
         /// Sequence numbers before this one.
         missed: u64,
@@ -70,7 +70,8 @@ pub enum Continuity {
         /// The size of the gap.
         missed: u64,
     },
-    /// The sequence went back to 1 or below the last one: the publisher restarted.
+    /// The sequence went back (to 0, or to any number not above the last one): the publisher
+    /// restarted.
     Restart,
 }
 
@@ -107,8 +108,18 @@ pub enum WatchError {
     /// The publisher refused this subscriber's handshake, or the handshake cannot succeed;
     /// says why, as far as ZeroMQ lets a subscriber know.
     Refused(String),
-    /// The replay socket did not answer, answered with an error, or broke its protocol.
+    /// The replay socket answered with an error, or broke its protocol.
     Replay(String),
+    /// The replay socket at this endpoint did not answer in time: nothing listens there,
+    /// or the publisher does not serve it.
+    Unanswered(String),
+}
+
+impl WatchError {
+    /// Whether the replay socket gave no answer at all.
+    pub fn is_unanswered(&self) -> bool {
+        matches!(self, WatchError::Unanswered(_))
+    }
 }
 
 impl fmt::Display for WatchError {
@@ -117,6 +128,9 @@ impl fmt::Display for WatchError {
             WatchError::Socket(e) => write!(f, "socket error: {e}"),
             WatchError::Malformed(why) => write!(f, "malformed message: {why}"),
             WatchError::Replay(why) => write!(f, "replay: {why}"),
+            WatchError::Unanswered(endpoint) => {
+                write!(f, "replay: {endpoint} did not answer in time")
+            }
             WatchError::TooLarge {
                 bytes,
                 limit,
@@ -430,7 +444,8 @@ impl Subscriber {
                         if self.curve {
                             "the server key is not the publisher's, or it does not use CURVE"
                         } else {
-                            "it probably requires CURVE (--curve-server-key, --curve-secret-key)"
+                            "it probably requires CURVE (--curve-server-key, --curve-secret-key), \
+                             or it is no PUB socket (a master's replay endpoint is a ROUTER)"
                         }
                     )
                 }
@@ -560,9 +575,7 @@ impl Subscriber {
     /// How `sequence`, just received, follows the one before it.
     fn follows(&mut self, sequence: u64) -> Continuity {
         let continuity = match self.last_sequence {
-            None => Continuity::First {
-                missed: sequence.saturating_sub(1),
-            },
+            None => Continuity::First { missed: sequence },
             Some(last) => Continuity::after(last, sequence),
         };
         self.last_sequence = Some(sequence);

@@ -3,11 +3,14 @@
 //! A batch is the msgpack array `[timestamp_ms, [event, ...], dp_rank]`; an event is a map
 //! with `str` keys. Integers take their smallest encoding (`rmp::encode::write_uint`); an
 //! empty name, a zero block size and an empty group are nil; strings that are not UTF-8 go
-//! out as `bin`, byte for byte. An event with such a string goes in a message of its own
-//! ([`needs_own_message`]), so that a reader that decodes whole messages into string types
-//! loses that event and not the 63 others a batch may hold.
+//! out as `kv_events_non_utf8` says ([`NonUtf8`]): `bin` or a `str` of the raw bytes, byte
+//! for byte, or not at all (the publishing thread and snapshots ask
+//! [`Encoder::skips_non_utf8`]). An
+//! event with such a string goes in a message of its own ([`needs_own_message`]), so that a
+//! reader that decodes whole messages into string types loses that event and not the 63
+//! others a batch may hold.
 
-use crate::config::Config;
+use crate::config::{Config, NonUtf8};
 use crate::event::{Event, EventKind};
 
 /// The most events one batch carries.
@@ -37,6 +40,7 @@ pub(crate) fn needs_own_message(event: &Event<'_>) -> bool {
 pub(crate) struct Encoder {
     templates: [Vec<Segment>; 3],
     dp_rank: u32,
+    non_utf8: NonUtf8,
     next_event_id: u64,
 }
 
@@ -72,8 +76,16 @@ impl Encoder {
                 template(EventKind::Cleared),
             ],
             dp_rank: config.dp_rank,
+            // A config that passed validation names a mode.
+            non_utf8: config.non_utf8.parse().unwrap_or_default(),
             next_event_id: 1,
         }
+    }
+
+    /// Whether events with a string that is not UTF-8 ([`needs_own_message`]) are left out
+    /// of the stream and snapshots (`kv_events_non_utf8` is `skip`).
+    pub(crate) fn skips_non_utf8(&self) -> bool {
+        self.non_utf8 == NonUtf8::Skip
     }
 
     /// The id the next encoded event gets.
@@ -117,15 +129,17 @@ impl Encoder {
                 None => {}
                 Some(Varying::EventId) => uint(out, self.next_event_id),
                 Some(Varying::Timestamp) => uint(out, timestamp_ms),
-                Some(Varying::Tenant) if event.tenant.is_empty() => bytes(out, DEFAULT_TENANT),
-                Some(Varying::Tenant) => bytes(out, event.tenant),
+                Some(Varying::Tenant) if event.tenant.is_empty() => {
+                    text(out, DEFAULT_TENANT, self.non_utf8)
+                }
+                Some(Varying::Tenant) => text(out, event.tenant, self.non_utf8),
                 Some(Varying::Medium) => match event.medium {
                     Some(medium) => str(out, medium.as_str()),
                     None => nil(out),
                 },
                 Some(Varying::Group) if event.group.is_empty() => nil(out),
-                Some(Varying::Group) => bytes(out, event.group),
-                Some(Varying::Key) => bytes(out, event.key),
+                Some(Varying::Group) => text(out, event.group, self.non_utf8),
+                Some(Varying::Key) => text(out, event.key, self.non_utf8),
             }
         }
         self.next_event_id += 1;
@@ -236,10 +250,15 @@ fn map_len(out: &mut Vec<u8>, len: usize) {
     let _ = rmp::encode::write_map_len(out, len as u32);
 }
 
-/// `str` when the bytes are UTF-8, `bin` otherwise. Callers keep strings under 4 GiB.
-fn bytes(out: &mut Vec<u8>, value: &[u8]) {
+/// `str` when the bytes are UTF-8; otherwise `bin`, or with [`NonUtf8::Str`] a `str` of the
+/// raw bytes. Callers keep strings under 4 GiB.
+fn text(out: &mut Vec<u8>, value: &[u8], non_utf8: NonUtf8) {
     match std::str::from_utf8(value) {
         Ok(s) => str(out, s),
+        Err(_) if non_utf8 == NonUtf8::Str => {
+            let _ = rmp::encode::write_str_len(out, value.len() as u32);
+            out.extend_from_slice(value);
+        }
         Err(_) => {
             let _ = rmp::encode::write_bin(out, value);
         }

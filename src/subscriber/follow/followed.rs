@@ -52,9 +52,14 @@ pub(super) struct Followed {
     /// What changed in `index` since [`Follower::take_changes`](super::Follower::take_changes),
     /// when tracked.
     pub(super) changes: Option<Changes>,
+    /// The messages applied and not taken yet (incarnation, sequence, payload), when
+    /// [`FollowOptions::keep_applied`] is on.
+    pub(super) applied: Vec<(u64, u64, Vec<u8>)>,
+    keep_applied: bool,
     incarnation: Option<u64>,
-    /// The last sequence the index reflects.
-    applied: Option<u64>,
+    /// The sequence of the next stream message the index takes: it reflects every one
+    /// below. `None` before the first snapshot.
+    next: Option<u64>,
     /// The last sequence the SUB socket delivered: it only grows within one life.
     stream_last: Option<u64>,
     /// Stream messages received and not applied yet, by sequence, as they arrived.
@@ -69,6 +74,9 @@ pub(super) struct Followed {
     not_before: Instant,
     /// The start of the gap last counted, so that a retry is not counted again.
     gap_counted: Option<u64>,
+    /// The `next_sequence` a quiet check found beyond what the stream delivered: the end of
+    /// a burst is lost only if the next check finds the stream still short of it.
+    promised: Option<u64>,
     /// The sequence went back and was counted as a new life: the snapshot that follows
     /// does not count it again.
     restart_counted: bool,
@@ -87,7 +95,7 @@ impl fmt::Debug for Followed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Followed")
             .field("endpoint", &self.upstream.endpoint)
-            .field("applied", &self.applied)
+            .field("next", &self.next)
             .field("objects", &self.index.objects())
             .finish_non_exhaustive()
     }
@@ -119,8 +127,10 @@ impl Followed {
             dealer,
             index: Index::new(),
             changes: options.track_changes.then(Changes::everything),
+            applied: Vec::new(),
+            keep_applied: options.keep_applied,
             incarnation: None,
-            applied: None,
+            next: None,
             stream_last: None,
             pending: BTreeMap::new(),
             pending_bytes: 0,
@@ -129,6 +139,7 @@ impl Followed {
             snapshot_due: true,
             not_before: now,
             gap_counted: None,
+            promised: None,
             restart_counted: false,
             incident: Some(now),
             last_stream: now,
@@ -146,7 +157,7 @@ impl Followed {
         Status {
             endpoint: self.upstream.endpoint.clone(),
             incarnation: self.incarnation,
-            sequence: self.applied,
+            next_sequence: self.next,
             in_sync: self.in_sync(),
             last_heard: self.last_heard,
             failing: self.failing.clone(),
@@ -190,7 +201,7 @@ fn open_dealer(
 
 impl Followed {
     pub(super) fn in_sync(&self) -> bool {
-        self.applied.is_some()
+        self.next.is_some()
             && !self.snapshot_due
             && self.pending.is_empty()
             && matches!(self.asking, None | Some(Ask::Info(Purpose::Quiet)))
@@ -254,8 +265,7 @@ impl Followed {
         }
         self.stream_last = Some(sequence);
         // The usual case, in sync: applied as it arrives, never held.
-        let next = self.applied.map(|applied| applied.saturating_add(1));
-        if self.pending.is_empty() && self.applies_now() && next == Some(sequence) {
+        if self.pending.is_empty() && self.applies_now() && self.next == Some(sequence) {
             self.apply(&message, notice);
             return;
         }
@@ -280,6 +290,7 @@ impl Followed {
     fn restart(&mut self, options: &FollowOptions) {
         self.pending.clear();
         self.pending_bytes = 0;
+        self.promised = None;
         self.cancel(options);
         self.snapshot_due = true;
         self.not_before = Instant::now();
@@ -302,21 +313,21 @@ impl Followed {
         if !self.applies_now() {
             return;
         }
-        let Some(mut applied) = self.applied else {
+        let Some(mut next) = self.next else {
             return;
         };
         while let Some(entry) = self.pending.first_entry() {
             let sequence = *entry.key();
-            if sequence > applied.saturating_add(1) {
+            if sequence > next {
                 break;
             }
             let message = entry.remove();
             self.pending_bytes -= message.payload_bytes();
-            if sequence <= applied {
+            if sequence < next {
                 self.counters.discarded += 1;
             } else {
                 self.apply(&message, notice);
-                applied = sequence;
+                next = sequence.saturating_add(1);
             }
         }
     }
@@ -350,7 +361,12 @@ impl Followed {
             )));
         }
         self.counters.messages += 1;
-        self.applied = Some(message.sequence);
+        self.next = Some(message.sequence.saturating_add(1));
+        if self.keep_applied {
+            let incarnation = self.incarnation.unwrap_or_default();
+            self.applied
+                .push((incarnation, message.sequence, message.payload().to_vec()));
+        }
     }
 
     /// Sends the request the state calls for, gives up one that timed out, and notices the
@@ -396,10 +412,9 @@ impl Followed {
             return;
         }
         self.drain(notice);
-        let Some(applied) = self.applied else { return };
+        let Some(from) = self.next else { return };
         if let Some(&head) = self.pending.keys().next() {
             // The buffered messages do not follow the index: a gap.
-            let from = applied + 1;
             if self.gap_counted != Some(from) {
                 self.gap_counted = Some(from);
                 self.counters.gaps += 1;
@@ -607,23 +622,31 @@ impl Followed {
             self.stream_last = None;
             return;
         }
-        let Some(applied) = self.applied else { return };
+        let Some(next) = self.next else { return };
         let (from, until) = match purpose {
             Purpose::Gap { from, until } => (from, until),
             Purpose::Quiet => {
-                let seen = self.stream_last.unwrap_or(0).max(applied);
-                if info.last_sequence <= seen || !self.pending.is_empty() {
+                let seen = self.stream_last.map_or(0, |last| last + 1).max(next);
+                let promised = self.promised.take();
+                if info.next_sequence <= seen || !self.pending.is_empty() {
                     return;
                 }
-                // The end of a burst was lost: no later message would show it.
-                let from = applied + 1;
+                // A reply ahead of the stream may be ahead of this reader only: after a
+                // stall, the messages still wait in its socket. The end of a burst was lost
+                // when the next check finds the stream short of what this one was told.
+                if promised.is_none_or(|promised| seen >= promised) {
+                    self.promised = Some(info.next_sequence);
+                    return;
+                }
+                // No later message would show the loss.
                 self.counters.gaps += 1;
-                self.gap_counted = Some(from);
+                self.gap_counted = Some(next);
                 self.incident.get_or_insert_with(Instant::now);
-                (from, info.last_sequence + 1)
+                (next, info.next_sequence)
             }
         };
-        if info.oldest_sequence != 0 && info.oldest_sequence <= from {
+        // An empty buffer says its oldest is the next sequence, beyond any gap.
+        if info.oldest_sequence <= from {
             self.replay(from, until, options, notice);
         } else {
             notice(Happened::NotHeld {
@@ -658,9 +681,9 @@ impl Followed {
         until: u64,
         notice: &mut impl FnMut(Happened),
     ) {
-        let Some(applied) = self.applied else { return };
+        let Some(next) = self.next else { return };
         let number = u64::from_be_bytes(sequence.try_into().unwrap_or_default());
-        if number != applied.saturating_add(1) || number >= until {
+        if number != next || number >= until {
             // Already held, beyond the gap (the stream brings it), or after a hole: the
             // end of the replay finds the hole.
             return;
@@ -681,8 +704,8 @@ impl Followed {
         started: Instant,
         notice: &mut impl FnMut(Happened),
     ) {
-        let reached = self.applied.unwrap_or(0);
-        if reached + 1 >= until {
+        let next = self.next.unwrap_or(0);
+        if next >= until {
             self.counters.replays += 1;
             notice(Happened::Replayed {
                 from,
@@ -694,7 +717,7 @@ impl Followed {
             notice(Happened::ReplayShort {
                 from,
                 through: until - 1,
-                reached,
+                next,
             });
             self.snapshot_due = true;
         }
@@ -750,7 +773,7 @@ impl Followed {
         }
         self.restart_counted = false;
         self.incarnation = Some(end.incarnation);
-        self.applied = Some(end.sequence);
+        self.next = Some(end.next_sequence);
         self.index = staged;
         if let Some(changes) = &mut self.changes {
             *changes = Changes::everything();
@@ -761,14 +784,14 @@ impl Followed {
         notice(Happened::Snapshot {
             objects: self.index.objects(),
             events,
-            sequence: end.sequence,
+            next_sequence: end.next_sequence,
             incarnation: end.incarnation,
             took: started.elapsed(),
         });
         self.drain(notice);
-        // What the stream delivered first is not S + 1: replay what came between.
+        // What the stream delivered first is not N: replay what came between.
         if let Some(&head) = self.pending.keys().next() {
-            self.replay(end.sequence + 1, head, options, notice);
+            self.replay(end.next_sequence, head, options, notice);
         }
     }
 }

@@ -4,9 +4,9 @@
 //! For each publisher (a PUB endpoint and its replay endpoint, the master's
 //! `kv_events_bind_endpoint` and `kv_events_replay_endpoint`) the follower subscribes first,
 //! then asks the replay socket for a snapshot, and buffers the live messages meanwhile. The
-//! snapshot ends with `S`, the last sequence the publisher had assigned when it began: the
-//! follower takes the snapshot as its index, drops the buffered messages up to `S`, applies
-//! the others in order, and replays from `S + 1` if the first of them is not `S + 1`.
+//! snapshot ends with `N`, the sequence the publisher would assign next when it began: the
+//! follower takes the snapshot as its index, drops the buffered messages below `N`, applies
+//! the others in order, and replays from `N` if the first of them is not `N`.
 //! Afterwards:
 //!
 //! - a sequence gap is filled by a replay when the publisher's replay buffer still holds it
@@ -15,7 +15,7 @@
 //! - a new incarnation (from `info`) or a sequence that goes back (a restart) is answered by
 //!   a snapshot;
 //! - when the stream has been quiet for [`FollowOptions::quiet_check`], `info` is asked for
-//!   the last sequence sent and the incarnation, so that a loss at the end of a burst, or a
+//!   the next sequence and the incarnation, so that a loss at the end of a burst, or a
 //!   publisher that restarted and sent nothing yet, is found too;
 //! - a malformed message, a reply of the wrong shape or a publisher that speaks something else
 //!   is counted and skipped, never a panic; a request that fails is retried after
@@ -39,7 +39,7 @@ mod options;
 use super::index::Index;
 pub use changes::{Changes, Keys};
 use followed::Followed;
-pub use notice::{Counters, Happened, Notice, Status};
+pub use notice::{AppliedMessage, Counters, Happened, Notice, Status};
 pub use options::{FollowOptions, Upstream};
 use std::time::{Duration, Instant};
 
@@ -79,7 +79,8 @@ impl Follower {
                 followed.act(&self.options, &mut notice);
             }
             let now = Instant::now();
-            if !notices.is_empty() || now >= deadline {
+            let applied = self.followed.iter().any(|f| !f.applied.is_empty());
+            if !notices.is_empty() || applied || now >= deadline {
                 return notices;
             }
             let wait = (deadline - now).min(TICK);
@@ -118,6 +119,28 @@ impl Follower {
             Some(changes) => std::mem::take(changes),
             None => Changes::everything(),
         }
+    }
+
+    /// The messages applied since the last call, every publisher's, each publisher's in the
+    /// order they were applied; always empty unless [`FollowOptions::keep_applied`] is on.
+    /// Publisher `i`'s index is the fold of what was taken of it so far, unless a snapshot
+    /// replaced it or its incarnation changed (see [`AppliedMessage`]).
+    pub fn take_applied(&mut self) -> Vec<AppliedMessage> {
+        let mut out = Vec::new();
+        for (upstream, followed) in self.followed.iter_mut().enumerate() {
+            out.extend(
+                followed
+                    .applied
+                    .drain(..)
+                    .map(|(incarnation, sequence, payload)| AppliedMessage {
+                        upstream,
+                        incarnation,
+                        sequence,
+                        payload,
+                    }),
+            );
+        }
+        out
     }
 
     /// Every publisher's index merged: an object is readable on the media any of them

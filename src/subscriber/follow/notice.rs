@@ -72,6 +72,23 @@ impl Counters {
     }
 }
 
+/// A message the follower applied to publisher `upstream`'s index, as it arrived: kept when
+/// [`FollowOptions::keep_applied`](super::FollowOptions::keep_applied) is on, handed out by
+/// [`Follower::take_applied`](super::Follower::take_applied) in the order it was applied.
+/// A publisher's messages follow each other (`sequence` + 1) while its index is not
+/// replaced by a snapshot and its incarnation stays.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppliedMessage {
+    /// Which publisher (its place in the list given to [`Follower::new`](super::Follower::new)).
+    pub upstream: usize,
+    /// The publisher's incarnation when the message was applied.
+    pub incarnation: u64,
+    /// Its transport sequence.
+    pub sequence: u64,
+    /// Its payload, `[timestamp_ms, [event, ...], dp_rank]`, byte for byte as received.
+    pub payload: Vec<u8>,
+}
+
 /// Something that happened to the index of publisher number `upstream` (its place in the
 /// list given to [`Follower::new`](super::Follower::new)).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,8 +108,8 @@ pub enum Happened {
         objects: usize,
         /// `stored` events it held.
         events: u64,
-        /// `S`: the stream is applied from `S + 1` on.
-        sequence: u64,
+        /// `N`: the stream is applied from sequence `N` on.
+        next_sequence: u64,
         /// The publisher's incarnation.
         incarnation: u64,
         /// From the request to the end of the snapshot.
@@ -108,23 +125,24 @@ pub enum Happened {
         took: Duration,
     },
     /// The replay buffer no longer holds the gap `from..=through` (it holds from `oldest`
-    /// on, 0: nothing): a snapshot follows.
+    /// on): a snapshot follows.
     NotHeld {
         /// The first sequence missing.
         from: u64,
         /// The last.
         through: u64,
-        /// The oldest sequence the buffer holds, 0 when none.
+        /// The oldest sequence the buffer holds; the publisher's next one when it holds
+        /// none.
         oldest: u64,
     },
-    /// A replay of `from..=through` stopped short after `reached`: a snapshot follows.
+    /// A replay of `from..=through` stopped short before `next`: a snapshot follows.
     ReplayShort {
         /// The first sequence asked for.
         from: u64,
         /// The last.
         through: u64,
-        /// The last sequence applied.
-        reached: u64,
+        /// The sequence the index needed next.
+        next: u64,
     },
     /// The publisher has a new incarnation (restart, another master): a snapshot follows.
     NewIncarnation {
@@ -173,12 +191,12 @@ impl fmt::Display for Happened {
         match self {
             Happened::Snapshot {
                 objects,
-                sequence,
+                next_sequence,
                 took,
                 ..
             } => write!(
                 f,
-                "snapshot: {objects} objects, S={sequence}, {}",
+                "snapshot: {objects} objects, next sequence {next_sequence}, {}",
                 millis(*took)
             ),
             Happened::Replayed {
@@ -209,10 +227,10 @@ impl fmt::Display for Happened {
             Happened::ReplayShort {
                 from,
                 through,
-                reached,
+                next,
             } => write!(
                 f,
-                "gap {from}..{through}: the replay stopped at {reached}: snapshot"
+                "gap {from}..{through}: the replay stopped before {next}: snapshot"
             ),
             Happened::NewIncarnation { old, new } => {
                 write!(f, "new incarnation {new:016x} (was {old:016x}): snapshot")
@@ -241,9 +259,10 @@ pub struct Status {
     pub endpoint: String,
     /// The incarnation the index was built from; `None` before the first snapshot.
     pub incarnation: Option<u64>,
-    /// The last sequence the index reflects (a snapshot's `S` or the last message applied);
-    /// `None` before the first snapshot.
-    pub sequence: Option<u64>,
+    /// The sequence of the next stream message the index takes (a snapshot's
+    /// `next_sequence`, or one past the last message applied); `None` before the first
+    /// snapshot.
+    pub next_sequence: Option<u64>,
     /// Whether the index is in sync: a snapshot taken, nothing buffered past a gap, no
     /// recovery under way. Messages lost at the end of a burst are only known at the next
     /// quiet check.

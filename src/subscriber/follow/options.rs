@@ -58,6 +58,13 @@ pub struct FollowOptions {
     /// [`Follower::take_changes`](super::Follower::take_changes); default off, since the
     /// note costs a lookup per event.
     pub track_changes: bool,
+    /// Whether the follower keeps a copy of each message it applies to an index (from the
+    /// stream or a replay, never a snapshot's pages), for
+    /// [`Follower::take_applied`](super::Follower::take_applied), and returns from
+    /// [`Follower::poll`](super::Follower::poll) as soon as it holds one; default off. For a
+    /// reader that passes the master's messages on (the relay) without a second
+    /// subscription. What is kept until taken is unbounded: take it after every poll.
+    pub keep_applied: bool,
 }
 
 impl Default for FollowOptions {
@@ -71,6 +78,7 @@ impl Default for FollowOptions {
             max_buffered: 1_000_000,
             max_buffered_bytes: 1 << 30,
             track_changes: false,
+            keep_applied: false,
         }
     }
 }

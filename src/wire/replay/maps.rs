@@ -15,10 +15,10 @@ pub struct Info {
     pub backend_id: String,
     /// The publisher's `dp_rank`.
     pub dp_rank: u64,
-    /// The last sequence it took, by a message or by events it dropped since (their gap);
-    /// 0 before any.
-    pub last_sequence: u64,
-    /// The oldest sequence a replay can send now, 0 when none.
+    /// The sequence its next message takes: every number below it was taken, by a message or
+    /// by events it dropped (their gap); 0 before any.
+    pub next_sequence: u64,
+    /// The oldest sequence a replay can send now; `next_sequence` when it holds none.
     pub oldest_sequence: u64,
     /// Whether it serves snapshots (the master registered an object source).
     pub snapshots: bool,
@@ -38,7 +38,7 @@ impl Info {
         let numbers: [(&str, u64); 7] = [
             ("incarnation", self.incarnation),
             ("dp_rank", self.dp_rank),
-            ("last_sequence", self.last_sequence),
+            ("next_sequence", self.next_sequence),
             ("oldest_sequence", self.oldest_sequence),
             ("subscribers", self.subscribers),
             ("subscriber_connects", self.subscriber_connects),
@@ -73,8 +73,9 @@ impl Info {
 /// What a snapshot's last reply says: the `snapshot-end` map.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotEnd {
-    /// The sequence the snapshot is exact at: the stream's messages after it apply on top.
-    pub sequence: u64,
+    /// The first stream sequence the snapshot does not hold: the messages numbered from it
+    /// on apply on top.
+    pub next_sequence: u64,
     /// The objects it held.
     pub objects: u64,
     /// The events it held (an object's media are one event each).
@@ -92,7 +93,7 @@ impl SnapshotEnd {
         // Writing to a Vec cannot fail.
         let _ = rmp::encode::write_map_len(&mut out, 5);
         for (key, value) in [
-            ("sequence", self.sequence),
+            ("next_sequence", self.next_sequence),
             ("objects", self.objects),
             ("events", self.events),
             ("incarnation", self.incarnation),
@@ -115,7 +116,7 @@ impl SnapshotEnd {
         out
     }
 
-    /// Decodes the map; `sequence` and `incarnation` must be there.
+    /// Decodes the map; `next_sequence` and `incarnation` must be there.
     pub fn decode(body: &[u8]) -> Result<SnapshotEnd, String> {
         let value = rmpv::decode::read_value(&mut &body[..])
             .map_err(|e| format!("a snapshot-end that is not msgpack: {e}"))?;
@@ -131,7 +132,7 @@ impl SnapshotEnd {
                     .ok_or_else(|| format!("a snapshot-end whose {key} is {value}"))
             };
             match key.as_str() {
-                Some("sequence") => (end.sequence, sequence) = (number()?, true),
+                Some("next_sequence") => (end.next_sequence, sequence) = (number()?, true),
                 Some("incarnation") => (end.incarnation, incarnation) = (number()?, true),
                 Some("objects") => end.objects = number()?,
                 Some("events") => end.events = number()?,
@@ -147,7 +148,7 @@ impl SnapshotEnd {
             }
         }
         if !(sequence && incarnation) {
-            return Err("a snapshot-end without its sequence or incarnation".into());
+            return Err("a snapshot-end without its next_sequence or incarnation".into());
         }
         Ok(end)
     }
@@ -180,7 +181,7 @@ mod tests {
             incarnation: u64::MAX,
             backend_id: "store-a".into(),
             dp_rank: 2,
-            last_sequence: 40,
+            next_sequence: 40,
             oldest_sequence: 3,
             snapshots: true,
             subscribers: 4,
@@ -194,7 +195,7 @@ mod tests {
             [
                 "incarnation",
                 "dp_rank",
-                "last_sequence",
+                "next_sequence",
                 "oldest_sequence",
                 "subscribers",
                 "subscriber_connects",
@@ -216,14 +217,14 @@ mod tests {
     #[test]
     fn an_info_reply_decodes_its_keys_and_ignores_others() {
         let map = Value::Map(vec![
-            (Value::from("last_sequence"), Value::from(40u64)),
+            (Value::from("next_sequence"), Value::from(40u64)),
             (Value::from("added_later"), Value::Array(vec![Value::Nil])),
         ]);
         let info = Info::decode(&encoded(&map)).unwrap();
         assert_eq!(
             info,
             Info {
-                last_sequence: 40,
+                next_sequence: 40,
                 ..Info::default()
             }
         );
@@ -231,7 +232,7 @@ mod tests {
 
     #[test]
     fn an_info_reply_that_is_not_the_protocols_says_why() {
-        let wrong = Value::Map(vec![(Value::from("last_sequence"), Value::from("many"))]);
+        let wrong = Value::Map(vec![(Value::from("next_sequence"), Value::from("many"))]);
         for (body, why) in [
             (encoded(&wrong), "does not decode: "),
             (
@@ -254,7 +255,7 @@ mod tests {
             (Some(vec![0xff]), Value::Binary(vec![0xff])),
         ] {
             let end = SnapshotEnd {
-                sequence: 9,
+                next_sequence: 9,
                 objects: 3,
                 events: 5,
                 incarnation: u64::MAX,
@@ -265,15 +266,21 @@ mod tests {
             let keys: Vec<&str> = map.iter().map(|(k, _)| k.as_str()).collect();
             assert_eq!(
                 keys,
-                ["sequence", "objects", "events", "incarnation", "tenant"]
+                [
+                    "next_sequence",
+                    "objects",
+                    "events",
+                    "incarnation",
+                    "tenant"
+                ]
             );
             assert_eq!(map[4].1, written);
             assert!(map[..4].iter().all(|(_, v)| v.is_u64()));
             assert_eq!(SnapshotEnd::decode(&body), Ok(end));
         }
-        let partial = Value::Map(vec![(Value::from("sequence"), Value::from(1u64))]);
+        let partial = Value::Map(vec![(Value::from("next_sequence"), Value::from(1u64))]);
         assert!(SnapshotEnd::decode(&encoded(&partial))
             .unwrap_err()
-            .contains("without its sequence or incarnation"));
+            .contains("without its next_sequence or incarnation"));
     }
 }
