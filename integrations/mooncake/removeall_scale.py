@@ -127,7 +127,7 @@ class Run:
         """The first of the mirror's summaries (seconds since it started) later than `after`
         that says its index is in sync and holds `objects` objects; None by `deadline`."""
         summary = re.compile(
-            r"^kv-events: ([0-9.]+)s: .*: in sync at sequence \d+, "
+            r"^kv-events: ([0-9.]+)s: .*: in sync before sequence \d+, "
             r"incarnation \w+: (\d+) objects$"
         )
         while time.time() < deadline:

@@ -9,10 +9,10 @@ N requester processes (default 1), each with its own DEALER, wait at a barrier, 
 header only: [timestamp_ms, [event, ...], dp_rank]; the events are not decoded). Prints one
 JSON line per requester and a summary: the time from the common start to the last
 snapshot-end, objects/s, and whether every requester got the same snapshot-end map. Its
-sequence S is the last one sent when the enumeration began: on a master whose sequence keeps
-moving (--kv_events_heartbeat_ms=10, say), requesters that got the same S shared one
-enumeration. Needs pyzmq and msgpack (/usr/bin/python3 on Debian with python3-zmq and
-python3-msgpack).
+next_sequence N is the sequence the master's next message was to take when the enumeration
+began: on a master whose sequence keeps moving (--kv_events_heartbeat_ms=10, say), requesters
+that got the same N shared one enumeration. Needs pyzmq and msgpack (/usr/bin/python3 on
+Debian with python3-zmq and python3-msgpack).
 """
 
 import argparse
