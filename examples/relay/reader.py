@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
-"""A reader of `kv-events relay`'s key-value bucket: bootstraps from it, then follows it.
+"""A reader of `kv-events relay`: bootstraps from its snapshot, then follows its log.
 
     /usr/bin/python3 examples/relay/reader.py --nats nats://127.0.0.1:4222 \\
-        --bucket kv-events --backend demo-store --dump index.jsonl
+        --backend demo-store --dump index.jsonl
 
-It watches every key of the bucket (or of one backend), as an ordered consumer of the bucket's
-stream: NATS first delivers the current value of each key, then every change, so the reader
-never asks the master anything and never needs a snapshot. Each value is the JSON object
-`kv-events mirror --dump` writes for one object (`{"tenant", "key", "media"}`); a deleted key
-is an object no longer present. On exit
-(`--duration`, SIGINT, SIGTERM) it writes what it holds as JSON lines, sorted by tenant then
-key, as `mirror --dump` does, and says on stderr how many objects it bootstrapped and how many
-changes it followed. Needs nats-py (`pip install nats-py`, see scripts/install-deps.sh).
+The relay writes, per backend, a compacted snapshot into the Object Store bucket
+`kv-events-snapshots` (an object named as the backend's subject token, whose content is
+msgpack batches `[timestamp_ms, [event, ...], dp_rank]` one after another) and the log
+into the stream `KV_EVENTS`, subject `kv-events.<token>`, each message one or more such
+batches. The snapshot's header `Kv-Events-Stream-Sequence` is the log message it reflects:
+the reader applies the snapshot, then every message of the subject after that one, with the
+same code. Each log message names the one before it on the subject
+(`Kv-Events-Previous`): when the first one it gets does not (the stream's retention removed
+what followed the snapshot), it loads the snapshot again. It never asks the master anything.
+
+On exit (`--duration`, SIGINT, SIGTERM) it writes what it holds as JSON lines, sorted by
+tenant then key, as `kv-events mirror --dump` does, and says on stderr how many objects it
+bootstrapped, in how long, and how many log messages it followed. Needs nats-py and msgpack
+(`pip install nats-py msgpack`, see scripts/install-deps.sh).
 """
 
 import argparse
@@ -20,104 +26,195 @@ import base64
 import json
 import signal
 import sys
+import time
 
+import msgpack
 import nats
+from nats.js.api import ConsumerConfig, DeliverPolicy
 
 
 def token(data: bytes) -> str:
-    """The relay's key token of some bytes (docs/relay.md, "The bucket's keys")."""
+    """The relay's token of some bytes (docs/relay.md, "Tokens")."""
     if data and all(chr(b).isascii() and (chr(b).isalnum() or chr(b) in "-_") for b in data):
         return data.decode()
     return "=" + base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def name_bytes(value) -> bytes:
-    """A tenant or key as `mirror` writes it (a string, or {"hex": ...}) back to bytes."""
-    if isinstance(value, str):
-        return value.encode()
-    return bytes.fromhex(value["hex"])
+MEDIA = {"cpu": 1, "disk": 2}
 
 
-def sort_key(line: dict):
-    return (name_bytes(line["tenant"]), name_bytes(line["key"]))
+def text(value) -> str:
+    """A `str` or `bin` field of the wire as one kind of key: a `bin` (bytes that are not
+    UTF-8) as the same string a `str` holding them decodes to."""
+    return value.decode("utf-8", "surrogateescape") if type(value) is bytes else value
+
+
+def unpacker():
+    return msgpack.Unpacker(raw=False, use_list=False, unicode_errors="surrogateescape")
+
+
+def apply(state: dict, data: bytes, batches=None):
+    """Applies the batches of a log message to `state` (tenant -> key -> media, a bit per
+    medium), or of a snapshot's chunk, fed to the snapshot's `batches` unpacker (a chunk
+    may end inside a batch)."""
+    batches = batches or unpacker()
+    batches.feed(data)
+    for _timestamp, events, _rank in batches:
+        for e in events:
+            kind, tenant = e["event_type"], text(e["tenant_id"] or "default")
+            if kind == "stored":
+                keys = state.get(tenant)
+                if keys is None:
+                    keys = state[tenant] = {}
+                key = text(e["object_key"])
+                keys[key] = keys.get(key, 0) | MEDIA[e["medium"]]
+            elif kind == "removed":
+                keys, key = state.get(tenant, {}), text(e["object_key"])
+                media = keys.get(key, 0) & ~MEDIA[e["medium"]]
+                if media:
+                    keys[key] = media
+                else:
+                    keys.pop(key, None)
+            elif kind == "cleared":
+                state.pop(tenant, None)
+
+
+async def load_snapshot(js, bucket: str, name: str, state: dict) -> int:
+    """Applies the snapshot `name` to `state`; returns the stream sequence it reflects (0
+    when there is none)."""
+    try:
+        store = await js.object_store(bucket)
+        info = await store.get_info(name)
+    except (nats.js.errors.NotFoundError, nats.js.errors.ObjectNotFoundError):
+        return 0
+    headers = info.headers or {}
+    value = headers.get("Kv-Events-Stream-Sequence") or (info.metadata or {}).get(
+        "Kv-Events-Stream-Sequence"
+    )
+    sequence = int(value[0] if isinstance(value, list) else value)
+    if info.size:
+        # The chunks, applied as they come (ObjectStore.get would first join them whole).
+        done, received = asyncio.Event(), [0]
+        batches = unpacker()
+
+        async def on_chunk(msg):
+            apply(state, msg.data, batches)
+            received[0] += len(msg.data)
+            if msg.metadata.num_pending == 0:
+                done.set()
+
+        sub = await js.subscribe(
+            f"$O.{bucket}.C.{info.nuid}",
+            stream=f"OBJ_{bucket}",
+            cb=on_chunk,
+            ordered_consumer=True,
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
+        await asyncio.wait_for(done.wait(), 120)
+        await sub.unsubscribe()
+        if received[0] != info.size:  # replaced meanwhile: its chunks were purged
+            state.clear()
+            return await load_snapshot(js, bucket, name, state)
+    return sequence
 
 
 async def follow(args) -> dict:
-    """The bucket's objects, key -> value, bootstrapped then followed until told to stop."""
-    from nats.js.api import DeliverPolicy
-
+    """Bootstraps, then follows until told to stop; returns the state."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if args.duration:
         loop.call_later(args.duration, stop.set)
-
+    started = time.monotonic()
     client = await nats.connect(args.nats, max_reconnect_attempts=-1)
-    # The server finds the last value of each key before it answers: for a bucket of
-    # millions of keys that takes longer than nats-py's default of 5 s.
-    js = client.jetstream(timeout=120)
-    prefix = f"$KV.{args.bucket}."
-    keys = f"{token(args.backend.encode())}.>" if args.backend else ">"
-    objects, state = {}, {"bootstrapped": None, "changes": 0}
+    js = client.jetstream(timeout=30)
+    name = token(args.backend.encode())
+    subject = f"kv-events.{name}"
+    state, seen = {}, {"last": 0, "messages": 0, "bootstrapped": False, "snapshot": 0}
+    restart = asyncio.Event()
 
     def bootstrapped():
-        state["bootstrapped"] = len(objects)
-        print(f"relay reader: bootstrapped {len(objects)} objects", file=sys.stderr)
+        seen["bootstrapped"] = True
+        objects = sum(len(keys) for keys in state.values())
+        took = time.monotonic() - started
+        print(
+            f"relay reader: bootstrapped {objects} objects in {took:.2f} s (the snapshot at "
+            f"stream sequence {seen['snapshot']}, then {seen['messages']} log messages)",
+            file=sys.stderr,
+        )
 
-    async def on_entry(msg):
-        key = msg.subject[len(prefix) :]
-        if msg.headers and msg.headers.get("KV-Operation") in ("DEL", "PURGE"):
-            objects.pop(key, None)
-        else:
-            objects[key] = msg.data  # JSON, decoded when written out
-        if state["bootstrapped"] is not None:
-            state["changes"] += 1
-        elif msg.metadata.num_pending == 0:  # the current values are all in
+    async def on_log(msg):
+        previous = int((msg.headers or {}).get("Kv-Events-Previous", -1))
+        if previous != seen["last"]:  # what followed the snapshot is gone: load it again
+            restart.set()
+            return
+        apply(state, msg.data)
+        seen["last"] = msg.metadata.sequence.stream
+        seen["messages"] += 1
+        if not seen["bootstrapped"] and msg.metadata.num_pending == 0:
             bootstrapped()
 
-    # What a key-value watch is, an ordered consumer of the bucket's stream from the last
-    # value of each key, without the watch's bounded queue: nats-py drops entries past it
-    # (a slow consumer) when a bucket of a million objects arrives at once.
-    sub = await js.subscribe(
-        prefix + keys,
-        stream=f"KV_{args.bucket}",
-        cb=on_entry,
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-        pending_msgs_limit=-1,
-        pending_bytes_limit=-1,
-    )
-    try:
+    while not stop.is_set():
+        state.clear()
+        seen["last"] = seen["snapshot"] = await load_snapshot(js, args.snapshots, name, state)
+        restart.clear()
+        sub = await js.subscribe(
+            subject,
+            stream=args.stream,
+            cb=on_log,
+            ordered_consumer=True,
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=seen["last"] + 1
+            ),
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
         info = await sub.consumer_info()
-        empty = info.num_pending == 0 and info.delivered.stream_seq == 0
-    except nats.js.errors.NotFoundError:
-        empty = False  # made again under another name, so with messages to deliver
-    if state["bootstrapped"] is None and empty:
-        bootstrapped()
-    await stop.wait()
-    await sub.unsubscribe()
+        if info.num_pending == 0 and not seen["bootstrapped"]:
+            bootstrapped()
+        waits = [asyncio.ensure_future(e.wait()) for e in (stop, restart)]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        await sub.unsubscribe()
     await client.close()
     print(
-        f"relay reader: {len(objects)} objects, {state['changes']} changes followed",
+        f"relay reader: {sum(len(k) for k in state.values())} objects, "
+        f"{seen['messages']} log messages followed",
         file=sys.stderr,
     )
-    return {key: json.loads(value) for key, value in objects.items()}
+    return state
+
+
+def json_name(name: str):
+    """A tenant or key as `mirror --dump` writes it: a string, or {"hex": ...} for bytes
+    that are not UTF-8."""
+    data = name.encode("utf-8", "surrogateescape")
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        return {"hex": data.hex()}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nats", default="nats://127.0.0.1:4222", help="the NATS server")
-    parser.add_argument("--bucket", default="kv-events", help="the relay's bucket")
-    parser.add_argument("--backend", help="only this backend's objects (default: all)")
+    parser.add_argument("--backend", required=True, help="the master's backend_id")
+    parser.add_argument("--stream", default="KV_EVENTS", help="the relay's stream")
+    parser.add_argument("--snapshots", default="kv-events-snapshots", help="its snapshots")
     parser.add_argument("--duration", type=float, help="stop after SECS seconds")
     parser.add_argument("--dump", help="write the objects here (default: stdout)")
     args = parser.parse_args()
-    objects = asyncio.run(follow(args))
-    lines = sorted(objects.values(), key=sort_key)
+    state = asyncio.run(follow(args))
     out = open(args.dump, "w") if args.dump else sys.stdout
-    for line in lines:
-        out.write(json.dumps(line, separators=(",", ":"), sort_keys=True) + "\n")
+    as_bytes = lambda name: name.encode("utf-8", "surrogateescape")  # noqa: E731
+    for tenant in sorted(state, key=as_bytes):
+        for key in sorted(state[tenant], key=as_bytes):
+            media = [m for m, bit in MEDIA.items() if state[tenant][key] & bit]
+            line = {"key": json_name(key), "media": media, "tenant": json_name(tenant)}
+            out.write(json.dumps(line, separators=(",", ":"), sort_keys=True) + "\n")
     if args.dump:
         out.close()
 

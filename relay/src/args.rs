@@ -1,5 +1,6 @@
 //! The command line of `kv-events-relay` (also run as `kv-events relay`).
 
+use crate::error::Error;
 use clap::builder::NonEmptyStringValueParser;
 use clap::Parser;
 use std::path::PathBuf;
@@ -9,19 +10,23 @@ use std::time::Duration;
 ///
 /// Follows the master (or the candidate masters of an HA deployment) through its replay
 /// socket, exactly (snapshot at start, replay or snapshot on a gap, a new incarnation
-/// noticed), and writes every event into the JetStream stream STREAM (subject
-/// kv-events.<backend_id>, one message id per master message, so that nothing is written
-/// twice), and the current state into the key-value bucket BUCKET (one entry per object
-/// present). A master's restart or a gap only a snapshot fills is written as the
-/// removed and stored events that bring the log to the new truth: a reader of the stream
-/// never sees a reset. A status line goes to stderr every --every seconds; Ctrl-C or
-/// SIGTERM stops it (exit 0 when what it wrote was up to date with the master).
+/// noticed), and writes the master's own batches into the JetStream stream STREAM (subject
+/// kv-events.<backend_id>, message ids from the master's sequences, so that nothing is
+/// written twice), and now and then a compacted snapshot of the state into the Object Store
+/// bucket SNAPSHOTS (one object per backend), from which a reader bootstraps and then
+/// consumes the subject. A master's restart or a gap only a snapshot fills is written as
+/// the removed and stored events that bring the log to the new truth: a reader of the
+/// stream never sees a reset. With --bucket, the current state also goes to a key-value
+/// bucket (one entry per object present), beside the log. A status line goes to stderr
+/// every --every seconds; Ctrl-C or SIGTERM stops it (exit 0 when what it wrote was up to
+/// date with the master).
 #[derive(Debug, Parser)]
 #[command(name = "kv-events relay", version, verbatim_doc_comment)]
 #[command(after_help = "Examples:
   kv-events relay tcp://master-0:5557 --replay-endpoint tcp://master-0:5558 --nats nats://127.0.0.1:4222
   kv-events relay tcp://m0:5557 tcp://m1:5557 --replay-endpoint tcp://m0:5558 \\
-      --replay-endpoint tcp://m1:5558 --nats nats://nats:4222 --stream KV_EVENTS --bucket kv-events")]
+      --replay-endpoint tcp://m1:5558 --nats nats://nats:4222 --stream KV_EVENTS --replicas 3 \\
+      --bucket kv-events")]
 pub(crate) struct Args {
     /// A publisher's endpoint; several for the candidate masters of an HA deployment
     #[arg(required = true, value_name = "PUB_ENDPOINT", value_parser = NonEmptyStringValueParser::new())]
@@ -39,9 +44,20 @@ pub(crate) struct Args {
     /// The JetStream stream of the log (made, with the subjects kv-events.>, if absent)
     #[arg(long, value_name = "NAME", default_value = "KV_EVENTS")]
     pub(crate) stream: String,
-    /// The key-value bucket of the current state (made if absent; BUCKET-positions beside it)
-    #[arg(long, value_name = "NAME", default_value = "kv-events")]
-    pub(crate) bucket: String,
+    /// The Object Store bucket of the snapshots (made if absent)
+    #[arg(long, value_name = "NAME", default_value = "kv-events-snapshots")]
+    pub(crate) snapshots: String,
+    /// A snapshot at least every SECS seconds while the log moves (and whenever the log has
+    /// as many events since the last one as objects held)
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = seconds)]
+    pub(crate) snapshot_every: Duration,
+    /// Also write the current state into this key-value bucket, one entry per object
+    /// (made if absent; NAME-positions beside it); off by default
+    #[arg(long, value_name = "NAME")]
+    pub(crate) bucket: Option<String>,
+    /// The replicas of the stream and buckets the relay makes (3 on a NATS cluster)
+    #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub(crate) replicas: u8,
     /// Print the status line every SECS seconds
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
     pub(crate) every: Duration,
@@ -71,30 +87,34 @@ fn seconds(text: &str) -> Result<Duration, String> {
 impl Args {
     /// What the parser cannot check alone: one replay endpoint per endpoint, one server
     /// key for all or one per endpoint, names NATS takes.
-    pub(crate) fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), Error> {
         let (endpoints, replays) = (self.endpoints.len(), self.replay_endpoints.len());
         if endpoints != replays {
-            return Err(format!(
+            return Err(Error::Usage(format!(
                 "{endpoints} PUB_ENDPOINT(s) but {replays} --replay-endpoint(s): give each \
                  PUB_ENDPOINT its replay endpoint"
-            ));
+            )));
         }
         let keys = self.curve_server_keys.len();
         if keys > 1 && keys != endpoints {
-            return Err(format!(
+            return Err(Error::Usage(format!(
                 "{keys} --curve-server-key for {endpoints} PUB_ENDPOINTs: give one for all, \
                  or one per PUB_ENDPOINT"
-            ));
+            )));
         }
-        for (what, name) in [("--stream", &self.stream), ("--bucket", &self.bucket)] {
+        let mut names = vec![("--stream", &self.stream), ("--snapshots", &self.snapshots)];
+        if let Some(bucket) = &self.bucket {
+            names.push(("--bucket", bucket));
+        }
+        for (what, name) in names {
             let fits = !name.is_empty()
                 && name
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
             if !fits {
-                return Err(format!(
+                return Err(Error::Usage(format!(
                     "{what} {name:?}: a NATS name is letters, digits, - and _"
-                ));
+                )));
             }
         }
         Ok(())
@@ -110,12 +130,25 @@ mod tests {
         let parse = |line: &str| Args::try_parse_from(line.split_whitespace());
         let ok = parse("r tcp://a:1 --replay-endpoint tcp://a:2 --nats nats://n:4222").unwrap();
         assert_eq!(ok.stream, "KV_EVENTS");
-        assert_eq!(ok.bucket, "kv-events");
+        assert_eq!(ok.bucket, None, "the bucket is opt-in");
+        assert_eq!(ok.snapshots, "kv-events-snapshots");
+        assert_eq!(ok.snapshot_every, Duration::from_secs(60));
         assert!(ok.check().is_ok());
         let two = parse("r tcp://a:1 tcp://b:1 --replay-endpoint tcp://a:2 --nats n").unwrap();
-        assert!(two.check().unwrap_err().contains("replay endpoint"));
+        assert!(two
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("replay endpoint"));
         let dotted = parse("r e --replay-endpoint f --nats n --bucket a.b").unwrap();
-        assert!(dotted.check().unwrap_err().contains("--bucket"));
+        assert!(dotted.check().unwrap_err().to_string().contains("--bucket"));
+        let dotted = parse("r e --replay-endpoint f --nats n --snapshots a.b").unwrap();
+        assert!(dotted
+            .check()
+            .unwrap_err()
+            .to_string()
+            .contains("--snapshots"));
+        assert!(parse("r e --replay-endpoint f --nats n --replicas 6").is_err());
         assert!(
             parse("r e --replay-endpoint f").is_err(),
             "--nats is required"

@@ -1,220 +1,520 @@
-//! The log's messages: batches in the stream's own msgpack format,
-//! `[timestamp_ms, [event, ...], dp_rank]`, either the master's events as they came or the
-//! `removed` and `stored` events of a difference.
+//! The payloads the relay writes and reads: batches in the stream's own msgpack format,
+//! `[timestamp_ms, [event, ...], dp_rank]`, at most 64 events each (what the library's
+//! decoder takes), one after another. A log message carries the master's batches verbatim,
+//! or the batches of a difference; a snapshot object is the batches of its `stored` events.
+//! Everything is written with `rmp` directly and read with the library's `Checked`: no
+//! value tree, no allocation per event.
 
-use mooncake_kv_events::subscriber::{Changes, Index};
+use mooncake_kv_events::subscriber::Index;
+use mooncake_kv_events::wire::{Checked, Event, Malformed, Message, MAX_BATCH_EVENTS};
 use mooncake_kv_events::Medium;
-use rmpv::Value;
-use std::collections::BTreeSet;
+use rmp::encode as mp;
+use rmp::Marker;
 
-/// At most this many events go into one log message: a difference of a million objects is
-/// written in parts, each well under JetStream's default 1 MiB message limit.
-pub(crate) const MAX_EVENTS: usize = 2048;
+/// The most events a batch holds: the wire format's bound.
+pub(crate) const MAX_EVENTS: usize = MAX_BATCH_EVENTS as usize;
+/// The most bytes of batches one log message carries: under JetStream's default limit of
+/// 1 MiB a message, headers included.
+pub(crate) const MAX_PAYLOAD: usize = 768 * 1024;
 
-/// The payload of one log message.
-pub(crate) fn encode(timestamp_ms: u64, events: Vec<Value>, dp_rank: u64) -> Vec<u8> {
-    let batch = Value::Array(vec![
-        Value::from(timestamp_ms),
-        Value::Array(events),
-        Value::from(dp_rank),
-    ]);
-    let mut bytes = Vec::new();
-    // Writing to a Vec cannot fail.
-    let _ = rmpv::encode::write_value(&mut bytes, &batch);
-    bytes
+/// What the master's events say of the master, which the events a relay makes up carry as
+/// the master's do: learned from the master's own events, else nil (as a master that sets
+/// none sends them) with the legacy keys (the default).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Context {
+    pub(crate) model_name: Option<String>,
+    pub(crate) block_size: Option<u64>,
+    pub(crate) additional_salt: Option<String>,
+    pub(crate) lora_name: Option<String>,
+    pub(crate) dp_rank: u64,
+    /// Whether the master sends the legacy keys (`type`, `block_hashes`,
+    /// `parent_block_hash`).
+    pub(crate) legacy: bool,
 }
 
-/// The events of a log message's payload, or why it is not a batch.
-pub(crate) fn decode(payload: &[u8]) -> Result<Vec<Value>, String> {
-    let value = rmpv::decode::read_value(&mut &payload[..]).map_err(|e| e.to_string())?;
-    match value {
-        Value::Array(mut fields) if fields.len() == 3 => match fields.swap_remove(1) {
-            Value::Array(events) => Ok(events),
-            _ => Err("the batch's second field is not an array of events".into()),
-        },
-        _ => Err("not a [timestamp, events, dp_rank] batch".into()),
+impl Default for Context {
+    fn default() -> Context {
+        Context {
+            model_name: None,
+            block_size: None,
+            additional_salt: None,
+            lora_name: None,
+            dp_rank: 0,
+            legacy: true,
+        }
     }
+}
+
+impl Context {
+    /// The context of the first event of a master's payload, if it has one.
+    pub(crate) fn of(payload: &[u8]) -> Option<Context> {
+        let message = Message::<Event>::decode(&[&[][..], &[0u8; 8][..], payload]).ok()?;
+        let event = message.events.into_iter().next()?;
+        Some(Context {
+            model_name: event.model_name,
+            block_size: event.block_size,
+            additional_salt: event.additional_salt,
+            lora_name: event.lora_name,
+            dp_rank: event.dp_rank,
+            legacy: event.legacy_type.is_some(),
+        })
+    }
+}
+
+/// `stored` or `removed`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Stored,
+    Removed,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Stored => "stored",
+            Kind::Removed => "removed",
+        }
+    }
+
+    fn legacy(self) -> &'static str {
+        match self {
+            Kind::Stored => "BlockStored",
+            Kind::Removed => "BlockRemoved",
+        }
+    }
+}
+
+// Writing into a Vec cannot fail: the results of `rmp`'s writers are dropped.
+fn text(out: &mut Vec<u8>, s: &str) {
+    let _ = mp::write_str(out, s);
 }
 
 /// Bytes as the wire sends them: `str` when they are UTF-8, `bin` when not.
-fn wire_bytes(bytes: &[u8]) -> Value {
+fn wire_bytes(out: &mut Vec<u8>, bytes: &[u8]) {
     match std::str::from_utf8(bytes) {
-        Ok(text) => Value::from(text),
-        Err(_) => Value::Binary(bytes.to_vec()),
+        Ok(s) => text(out, s),
+        Err(_) => {
+            let _ = mp::write_bin(out, bytes);
+        }
     }
 }
 
-/// One event of a difference, with the keys a reader of the stream needs (section 5 of the
-/// spec); what the relay cannot know (model, block size, event id) is left out.
-fn event(kind: &str, backend: &str, tenant: &[u8], key: &[u8], medium: Medium, now: u64) -> Value {
-    Value::Map(vec![
-        (Value::from("event_type"), Value::from(kind)),
-        (Value::from("timestamp"), Value::from(now)),
-        (Value::from("tenant_id"), wire_bytes(tenant)),
-        (Value::from("backend_id"), Value::from(backend)),
-        (Value::from("medium"), Value::from(medium.as_str())),
-        (Value::from("group_id"), Value::Nil),
-        (Value::from("object_key"), wire_bytes(key)),
-    ])
+fn uint(out: &mut Vec<u8>, v: u64) {
+    let _ = mp::write_uint(out, v);
 }
 
-/// The events that turn `held` into `truth`, given that they can differ only where `changes`
-/// says (everywhere when it says `all`): every `removed` (a medium `held` has and `truth`
-/// has not) before every `stored` (the reverse), as the master orders them. Empty when both
-/// hold the same. Its cost is that of the objects compared, not of the index.
-pub(crate) fn difference(
-    held: &Index,
-    truth: &Index,
-    changes: &Changes,
+fn nil(out: &mut Vec<u8>) {
+    let _ = mp::write_nil(out);
+}
+
+fn optional(out: &mut Vec<u8>, v: Option<&str>) {
+    match v {
+        Some(s) => text(out, s),
+        None => nil(out),
+    }
+}
+
+/// One event of a difference, with every key a master's event of that kind has, in the
+/// master's order (spec section 5): `event_id` 0 (not the master's count), `timestamp` the
+/// batch's, `group_id` nil (the relay keeps no groups), the context's values.
+#[allow(clippy::too_many_arguments)] // The fields of one event.
+pub(crate) fn full_event(
+    out: &mut Vec<u8>,
+    context: &Context,
     backend: &str,
+    kind: Kind,
+    tenant: &[u8],
+    key: &[u8],
+    medium: Medium,
     now: u64,
-) -> Vec<Value> {
-    let mut removed = Vec::new();
-    let mut stored = Vec::new();
-    let mut compare = |tenant: &[u8], key: &[u8]| {
-        let (before, after) = (held.get(tenant, key), truth.get(tenant, key));
-        for medium in before.minus(after).iter() {
-            removed.push(event("removed", backend, tenant, key, medium, now));
-        }
-        for medium in after.minus(before).iter() {
-            stored.push(event("stored", backend, tenant, key, medium, now));
-        }
-    };
-    // Tenants compared whole: each object of either side, once.
-    let whole: BTreeSet<&[u8]> = if changes.all {
-        held.tenants().chain(truth.tenants()).collect()
-    } else {
-        changes.cleared.iter().map(Vec::as_slice).collect()
-    };
-    for &tenant in &whole {
-        let theirs = truth.tenant(tenant);
-        for key in held.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
-            compare(tenant, key);
-        }
-        for key in theirs.into_iter().flat_map(|o| o.keys()) {
-            if held.get(tenant, key).is_empty() {
-                compare(tenant, key);
-            }
+) {
+    let stored = kind == Kind::Stored;
+    let keys = 15 + u32::from(stored) * 2 + u32::from(context.legacy) * (2 + u32::from(stored));
+    let _ = mp::write_map_len(out, keys);
+    text(out, "event_id");
+    uint(out, 0);
+    text(out, "timestamp");
+    uint(out, now);
+    text(out, "event_type");
+    text(out, kind.as_str());
+    if context.legacy {
+        text(out, "type");
+        text(out, kind.legacy());
+    }
+    text(out, "model_name");
+    optional(out, context.model_name.as_deref());
+    text(out, "block_size");
+    match context.block_size {
+        Some(v) => uint(out, v),
+        None => nil(out),
+    }
+    text(out, "additional_salt");
+    optional(out, context.additional_salt.as_deref());
+    text(out, "lora_name");
+    optional(out, context.lora_name.as_deref());
+    text(out, "backend_id");
+    text(out, backend);
+    text(out, "dp_rank");
+    uint(out, context.dp_rank);
+    text(out, "tenant_id");
+    wire_bytes(out, tenant);
+    text(out, "medium");
+    text(out, medium.as_str());
+    text(out, "group_id");
+    nil(out);
+    text(out, "object_key");
+    wire_bytes(out, key);
+    text(out, "seq_hashes");
+    let _ = mp::write_array_len(out, 0);
+    if context.legacy {
+        text(out, "block_hashes");
+        let _ = mp::write_array_len(out, 0);
+    }
+    text(out, "base_block_idx");
+    nil(out);
+    if stored {
+        text(out, "token_ids");
+        nil(out);
+        text(out, "parent_hash");
+        nil(out);
+        if context.legacy {
+            text(out, "parent_block_hash");
+            nil(out);
         }
     }
-    for (tenant, keys) in &changes.objects {
-        if !whole.contains(tenant.as_slice()) {
-            for key in keys {
-                compare(tenant, key);
-            }
+}
+
+/// One `stored` event of a snapshot: the keys a reader's index needs, `event_type`,
+/// `timestamp`, `tenant_id`, `backend_id`, `medium`, `object_key`. A snapshot is a state,
+/// not the master's events: four times fewer bytes than the full form, for readers that
+/// load millions of them.
+fn compact_stored(
+    out: &mut Vec<u8>,
+    backend: &str,
+    tenant: &[u8],
+    key: &[u8],
+    medium: Medium,
+    now: u64,
+) {
+    let _ = mp::write_map_len(out, 6);
+    text(out, "event_type");
+    text(out, "stored");
+    text(out, "timestamp");
+    uint(out, now);
+    text(out, "tenant_id");
+    wire_bytes(out, tenant);
+    text(out, "backend_id");
+    text(out, backend);
+    text(out, "medium");
+    text(out, medium.as_str());
+    text(out, "object_key");
+    wire_bytes(out, key);
+}
+
+/// Events gathered into batches of at most [`MAX_EVENTS`], and batches into parts of at
+/// most [`MAX_PAYLOAD`] bytes (a part holds one batch at least).
+#[derive(Debug)]
+pub(crate) struct Batches {
+    timestamp_ms: u64,
+    dp_rank: u64,
+    parts: Vec<Vec<u8>>,
+    part: Vec<u8>,
+    batch: Vec<u8>,
+    in_batch: usize,
+    events: u64,
+    max_part: usize,
+}
+
+impl Batches {
+    /// Batches stamped `timestamp_ms` and `dp_rank`, in parts of at most `max_part` bytes
+    /// (`usize::MAX`: one part).
+    pub(crate) fn new(timestamp_ms: u64, dp_rank: u64, max_part: usize) -> Batches {
+        Batches {
+            timestamp_ms,
+            dp_rank,
+            parts: Vec::new(),
+            part: Vec::new(),
+            batch: Vec::new(),
+            in_batch: 0,
+            events: 0,
+            max_part,
         }
     }
-    removed.append(&mut stored);
-    removed
+
+    /// Adds one event, which `write` encodes.
+    pub(crate) fn push(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        write(&mut self.batch);
+        self.in_batch += 1;
+        self.events += 1;
+        if self.in_batch == MAX_EVENTS {
+            self.close_batch();
+        }
+    }
+
+    fn close_batch(&mut self) {
+        if self.in_batch == 0 {
+            return;
+        }
+        let mut head = Vec::with_capacity(16);
+        let _ = mp::write_array_len(&mut head, 3);
+        uint(&mut head, self.timestamp_ms);
+        let _ = mp::write_array_len(&mut head, self.in_batch as u32);
+        let size = head.len() + self.batch.len() + 9;
+        if !self.part.is_empty() && self.part.len() + size > self.max_part {
+            self.parts.push(std::mem::take(&mut self.part));
+        }
+        self.part.extend_from_slice(&head);
+        self.part.append(&mut self.batch);
+        uint(&mut self.part, self.dp_rank);
+        self.in_batch = 0;
+    }
+
+    /// Events pushed so far.
+    pub(crate) fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// The parts; none when no event was pushed.
+    pub(crate) fn finish(mut self) -> Vec<Vec<u8>> {
+        self.close_batch();
+        if !self.part.is_empty() {
+            self.parts.push(self.part);
+        }
+        self.parts
+    }
+}
+
+/// `parts` with each one joined to the one before it while both fit `max` bytes: the
+/// removals and the stores of a difference, encoded apart, share a log message.
+pub(crate) fn coalesce(parts: Vec<Vec<u8>>, max: usize) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
+    for part in parts {
+        match out.last_mut() {
+            Some(last) if last.len() + part.len() <= max => last.extend_from_slice(&part),
+            _ => out.push(part),
+        }
+    }
+    out
+}
+
+/// An empty batch, `[timestamp_ms, [], dp_rank]`: a message that changes nothing (an empty
+/// difference, which records a new position).
+pub(crate) fn empty(timestamp_ms: u64, dp_rank: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(12);
+    let _ = mp::write_array_len(&mut out, 3);
+    uint(&mut out, timestamp_ms);
+    let _ = mp::write_array_len(&mut out, 0);
+    uint(&mut out, dp_rank);
+    out
+}
+
+/// The snapshot of `index`: one compact `stored` per medium of each object, in batches one
+/// after another. Returns it and its number of events.
+pub(crate) fn snapshot(index: &Index, backend: &str, now: u64) -> (Vec<u8>, u64) {
+    let mut batches = Batches::new(now, 0, usize::MAX);
+    for (tenant, key, media) in index.iter() {
+        for medium in media.iter() {
+            batches.push(|out| compact_stored(out, backend, tenant, key, medium, now));
+        }
+    }
+    let events = batches.events();
+    let mut parts = batches.finish();
+    (parts.pop().unwrap_or_default(), events)
+}
+
+/// The timestamp of a payload's first batch, if it reads as one.
+pub(crate) fn timestamp(payload: &[u8]) -> Option<u64> {
+    let mut rest = payload;
+    rmp::decode::read_array_len(&mut rest).ok()?;
+    rmp::decode::read_int(&mut rest).ok()
+}
+
+/// The batches of a payload of batches one after another, or why it is not one.
+pub(crate) fn split(payload: &[u8]) -> Result<Vec<&[u8]>, Malformed> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < payload.len() {
+        let end = skip(payload, at, 0).map_err(Malformed)?;
+        out.push(&payload[at..end]);
+        at = end;
+    }
+    Ok(out)
+}
+
+/// Each batch of `payload`, checked by the library's decoder, in order.
+pub(crate) fn checked(payload: &[u8]) -> Result<Vec<Checked<&[u8]>>, Malformed> {
+    split(payload)?
+        .into_iter()
+        .map(|batch| Checked::new(vec![&[][..], &[0u8; 8][..], batch]))
+        .collect()
+}
+
+/// The offset after the msgpack value at `at`.
+fn skip(bytes: &[u8], at: usize, depth: u32) -> Result<usize, String> {
+    if depth > 8 {
+        return Err(format!("values nested too deep at byte {at}"));
+    }
+    let marker = Marker::from_u8(*bytes.get(at).ok_or("a value cut short")?);
+    let be = |n: usize| -> Result<usize, String> {
+        let b = bytes.get(at + 1..at + 1 + n).ok_or("a length cut short")?;
+        Ok(b.iter().fold(0usize, |v, &x| (v << 8) | usize::from(x)))
+    };
+    let data = |header: usize, len: usize| -> Result<usize, String> {
+        let end = at + header + len;
+        if end > bytes.len() {
+            return Err("a value cut short".into());
+        }
+        Ok(end)
+    };
+    let items = |header: usize, n: usize| -> Result<usize, String> {
+        let mut end = at + header;
+        for _ in 0..n {
+            end = skip(bytes, end, depth + 1)?;
+        }
+        Ok(end)
+    };
+    match marker {
+        Marker::FixPos(_) | Marker::FixNeg(_) | Marker::Null | Marker::True | Marker::False => {
+            data(1, 0)
+        }
+        Marker::U8 | Marker::I8 => data(1, 1),
+        Marker::U16 | Marker::I16 => data(1, 2),
+        Marker::U32 | Marker::I32 | Marker::F32 => data(1, 4),
+        Marker::U64 | Marker::I64 | Marker::F64 => data(1, 8),
+        Marker::FixStr(n) => data(1, usize::from(n)),
+        Marker::Str8 | Marker::Bin8 => data(2, be(1)?),
+        Marker::Str16 | Marker::Bin16 => data(3, be(2)?),
+        Marker::Str32 | Marker::Bin32 => data(5, be(4)?),
+        Marker::FixArray(n) => items(1, usize::from(n)),
+        Marker::Array16 => items(3, be(2)?),
+        Marker::Array32 => items(5, be(4)?),
+        Marker::FixMap(n) => items(1, 2 * usize::from(n)),
+        Marker::Map16 => items(3, 2 * be(2)?),
+        Marker::Map32 => items(5, 2 * be(4)?),
+        Marker::FixExt1 => data(2, 1),
+        Marker::FixExt2 => data(2, 2),
+        Marker::FixExt4 => data(2, 4),
+        Marker::FixExt8 => data(2, 8),
+        Marker::FixExt16 => data(2, 16),
+        Marker::Ext8 => data(3, be(1)?),
+        Marker::Ext16 => data(4, be(2)?),
+        Marker::Ext32 => data(6, be(4)?),
+        Marker::Reserved => Err(format!("byte {at} is no msgpack value")),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use mooncake_kv_events::wire::{Event, Message};
 
-    fn index(objects: &[(&str, &str, &[Medium])]) -> Index {
+    fn decode_all(payload: &[u8]) -> Vec<Message<Event>> {
+        split(payload)
+            .unwrap()
+            .into_iter()
+            .map(|b| Message::<Event>::decode(&[&[][..], &[0u8; 8][..], b]).expect("strict"))
+            .collect()
+    }
+
+    #[test]
+    fn a_difference_has_the_keys_of_the_masters_events_and_the_strict_decoder_takes_it() {
+        for legacy in [true, false] {
+            let context = Context {
+                model_name: Some("m".into()),
+                block_size: Some(16),
+                legacy,
+                dp_rank: 3,
+                ..Context::default()
+            };
+            let mut batches = Batches::new(7, 3, MAX_PAYLOAD);
+            for i in 0..130u32 {
+                let kind = if i % 2 == 0 {
+                    Kind::Stored
+                } else {
+                    Kind::Removed
+                };
+                let key = if i == 5 {
+                    vec![0xff, 0xfe]
+                } else {
+                    format!("k{i}").into_bytes()
+                };
+                batches.push(|out| {
+                    full_event(out, &context, "s", kind, b"t", &key, Medium::Disk, 7);
+                });
+            }
+            let parts = batches.finish();
+            assert_eq!(parts.len(), 1);
+            let messages = decode_all(&parts[0]);
+            assert_eq!(
+                messages.iter().map(|m| m.events.len()).collect::<Vec<_>>(),
+                [64, 64, 2]
+            );
+            let first = &messages[0].events[0];
+            assert_eq!(first.model_name.as_deref(), Some("m"));
+            assert_eq!(first.block_size, Some(16));
+            assert_eq!(first.dp_rank, 3);
+            assert_eq!(first.legacy_type.is_some(), legacy);
+            assert_eq!(
+                messages[0].events[5].object_key.as_ref().unwrap().0,
+                [0xff, 0xfe]
+            );
+            // The key counts of spec section 5: 17 for stored (20 legacy), 15 removed (17).
+            let raw = split(&parts[0]).unwrap()[0];
+            let value = rmpv::decode::read_value(&mut &raw[..]).unwrap();
+            let events = value[1].as_array().unwrap();
+            let keys = |e: &rmpv::Value| e.as_map().unwrap().len();
+            assert_eq!(keys(&events[0]), if legacy { 20 } else { 17 });
+            assert_eq!(keys(&events[1]), if legacy { 17 } else { 15 });
+        }
+    }
+
+    #[test]
+    fn parts_stay_under_their_bound_and_a_snapshot_applies_to_the_index_it_was_made_of() {
         let mut index = Index::new();
-        for (tenant, key, media) in objects {
-            for medium in *media {
-                index.store(tenant.as_bytes(), key.as_bytes(), *medium);
+        for i in 0..1000 {
+            index.store(b"t", format!("key-{i}").as_bytes(), Medium::Cpu);
+            if i % 3 == 0 {
+                index.store(b"u", format!("key-{i}").as_bytes(), Medium::Disk);
             }
         }
-        index
-    }
+        let (snapshot, events) = snapshot(&index, "s", 1);
+        assert_eq!(events, 1334);
+        let mut back = Index::new();
+        for batch in checked(&snapshot).unwrap() {
+            assert!(batch.len() <= MAX_EVENTS);
+            for change in batch.changes() {
+                back.apply_change(&change).unwrap();
+            }
+        }
+        assert_eq!(back, index);
 
-    #[test]
-    fn a_difference_applied_to_what_was_held_gives_the_truth() {
-        let held = index(&[
-            ("t", "a", &[Medium::Cpu]),
-            ("t", "b", &[Medium::Cpu, Medium::Disk]),
-            ("u", "gone", &[Medium::Disk]),
-        ]);
-        let truth = index(&[
-            ("t", "a", &[Medium::Cpu]),
-            ("t", "b", &[Medium::Disk]),
-            ("t", "new", &[Medium::Cpu]),
-        ]);
-        let events = difference(&held, &truth, &Changes::everything(), "s", 1);
-        assert_eq!(events.len(), 3, "{events:?}");
-        let kinds: Vec<_> = events
+        let mut batches = Batches::new(1, 0, 40_000);
+        for i in 0..1000 {
+            batches.push(|out| {
+                full_event(
+                    out,
+                    &Context::default(),
+                    "s",
+                    Kind::Stored,
+                    b"t",
+                    format!("{i}").as_bytes(),
+                    Medium::Cpu,
+                    1,
+                );
+            });
+        }
+        let parts = batches.finish();
+        assert!(parts.len() > 1);
+        assert!(parts.iter().all(|p| p.len() <= 40_000));
+        let joined = coalesce(parts.clone(), usize::MAX);
+        assert_eq!(joined, [parts.concat()]);
+        assert_eq!(coalesce(parts.clone(), 40_000), parts);
+        let total: usize = parts
             .iter()
-            .map(|e| mooncake_kv_events::wire::field(e, "event_type").cloned())
-            .collect();
-        assert_eq!(kinds[0], Some(Value::from("removed")));
-        assert_eq!(kinds[2], Some(Value::from("stored")));
-        let mut result = held.clone();
-        for event in &events {
-            result.apply(event).expect("an event the index takes");
-        }
-        assert_eq!(result, truth);
-        assert!(difference(&truth, &truth, &Changes::everything(), "s", 1).is_empty());
-    }
-
-    /// The events as text, sorted: a difference's order within its removals and within its
-    /// stores follows hash maps.
-    fn sorted(events: &[Value]) -> Vec<String> {
-        let mut text: Vec<String> = events.iter().map(Value::to_string).collect();
-        text.sort();
-        text
-    }
-
-    #[test]
-    fn a_difference_compares_the_changed_objects_and_the_cleared_tenants_only() {
-        use Medium::{Cpu, Disk};
-        let held = index(&[
-            ("t", "a", &[Cpu]),
-            ("t", "same", &[Cpu]),
-            ("u", "x", &[Disk]),
-            ("u", "y", &[Cpu]),
-        ]);
-        let truth = index(&[
-            ("t", "a", &[Disk]),
-            ("t", "same", &[Cpu]),
-            ("t", "new", &[Cpu]),
-            ("u", "y", &[Cpu, Disk]),
-            ("u", "z", &[Cpu]),
-            ("v", "w", &[Cpu]),
-        ]);
-        let mut changes = Changes::default();
-        for (tenant, key) in [("t", "a"), ("t", "new"), ("v", "w"), ("u", "x")] {
-            let keys = changes.objects.entry(tenant.into()).or_default();
-            keys.insert(key.into());
-        }
-        changes.objects.remove(b"u".as_slice());
-        changes.cleared.insert(b"u".to_vec());
-        let events = difference(&held, &truth, &changes, "s", 1);
-        let full = difference(&held, &truth, &Changes::everything(), "s", 1);
-        assert_eq!(sorted(&events), sorted(&full));
-        assert_eq!(events.len(), 7, "{events:?}");
-        let mut result = held.clone();
-        for event in &events {
-            result.apply(event).expect("an event the index takes");
-        }
-        assert_eq!(result, truth);
-
-        // An object the changes do not name is not compared, however it differs.
-        let mut only_a = Changes::default();
-        only_a
-            .objects
-            .entry(b"t".to_vec())
-            .or_default()
-            .insert(b"a".to_vec());
-        let events = difference(&held, &truth, &only_a, "s", 1);
-        let kinds: Vec<_> = events
-            .iter()
-            .map(|e| mooncake_kv_events::wire::field(e, "event_type").cloned())
-            .collect();
-        assert_eq!(
-            kinds,
-            [Some(Value::from("removed")), Some(Value::from("stored"))]
-        );
-    }
-
-    #[test]
-    fn a_batch_decodes_to_its_events() {
-        let events = vec![Value::from(1), Value::from("x")];
-        let payload = encode(5, events.clone(), 0);
-        assert_eq!(decode(&payload), Ok(events));
-        assert!(decode(b"\x01").is_err());
+            .map(|p| decode_all(p).iter().map(|m| m.events.len()).sum::<usize>())
+            .sum();
+        assert_eq!(total, 1000);
+        assert!(checked(b"\x93\x01").is_err(), "cut short");
+        assert!(checked(&empty(5, 0)).unwrap()[0].is_empty());
     }
 }

@@ -1,20 +1,18 @@
-//! The current state in the key-value bucket: one entry per object present, written from
-//! what the log holds, and the position of the log it reflects, noted in the positions'
-//! bucket so that a relay that starts again knows where to read the log from.
+//! The opt-in key-value bucket (`--bucket NAME`): one entry per object present, written
+//! from what the log holds, beside the loop and never on the log's path. Its position (the
+//! log message the bucket reflects) goes to `NAME-positions`, so that a relay that starts
+//! again knows which entries may be stale.
 
-use crate::held::{parse_entry, Held};
+use crate::error::StoreError;
+use crate::held::{parse_entry, Held, Object};
 use crate::log::Position;
 use crate::names::{object_key, token};
-use crate::nats::Nats;
+use crate::store::{Logged, Store};
+use mooncake_kv_events::subscriber::Index;
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
 
-/// Entries written together, their acknowledgements awaited together.
+/// Entries written together, their acknowledgements awaited together beside the loop.
 const CHUNK: usize = 4096;
-/// How long one flush goes on writing chunks: the follower reads again between two
-/// flushes, however many objects a difference touched. Behind a master faster than the
-/// bucket, objects stay dirty meanwhile (each is written once, as it is when written).
-const BUDGET: Duration = Duration::from_millis(100);
 
 /// What the positions' bucket says of a backend: the log message the objects' bucket
 /// reflects, and where that message left the log.
@@ -24,80 +22,163 @@ pub(crate) struct Reflected {
     pub(crate) stream_sequence: u64,
     /// The master's incarnation there, 16 hex digits.
     pub(crate) incarnation: String,
-    /// The master's sequence there.
-    pub(crate) sequence: u64,
+    /// The master's next sequence there.
+    pub(crate) next_sequence: u64,
     /// Whether the log was the master's state there (not in the middle of a difference).
     pub(crate) complete: bool,
 }
 
-impl Reflected {
-    /// The log's position it names, if any.
-    pub(crate) fn position(&self) -> Option<Position> {
-        let incarnation = u64::from_str_radix(&self.incarnation, 16).ok()?;
-        Some(Position {
-            incarnation,
-            sequence: self.sequence,
-            complete: self.complete,
-        })
-    }
-}
-
-/// Loads what the bucket holds of `backend` into `held`, and says which log message that
-/// is (the default, stream sequence 0, when the bucket never heard of it).
-pub(crate) fn load(nats: &Nats, backend: &str, held: &mut Held) -> Result<Reflected, String> {
-    let reflected = reflected(nats, backend)?;
-    for value in nats.load(&format!("{}.", token(backend.as_bytes())))? {
-        if let Some((tenant, key, media)) = parse_entry(&value) {
-            held.load(&tenant, &key, media);
-        }
-    }
-    Ok(reflected)
-}
-
-/// What the positions' bucket says of `backend`.
-pub(crate) fn reflected(nats: &Nats, backend: &str) -> Result<Reflected, String> {
-    match nats.position(&token(backend.as_bytes()))? {
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| format!("the positions' bucket holds no position for {backend}: {e}")),
+/// What the positions' bucket says of `backend` (the default, stream sequence 0, when it
+/// never heard of it).
+pub(crate) fn reflected(store: &mut impl Store, backend: &str) -> Result<Reflected, StoreError> {
+    match store.bucket_position(&token(backend.as_bytes()))? {
+        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| StoreError::Unreadable {
+            what: format!("the position of {backend} in the positions' bucket: {e}"),
+        }),
         None => Ok(Reflected::default()),
     }
 }
 
-/// Writes dirty objects' entries as `held` has them, [`CHUNK`] at a time, for up to
-/// [`BUDGET`]; when none is left dirty, notes that the bucket reflects log message `last`
-/// (at `position`). Returns how many entries were written.
-pub(crate) fn flush(
-    nats: &Nats,
+/// Marks dirty what the bucket may lack of `held` (which holds the log up to the snapshot
+/// at `snapshot`, the log not read further yet): the objects of the log messages after the
+/// bucket's position, and when the log no longer reaches back there, every object that
+/// differs between the bucket and `held` (the bucket loaded whole). Returns the bucket's
+/// position.
+pub(crate) fn catch_up(
+    store: &mut impl Store,
     backend: &str,
+    subject: &str,
     held: &mut Held,
-    last: u64,
-    position: Option<Position>,
-) -> Result<usize, String> {
-    let started = Instant::now();
-    let mut written = 0;
-    while held.dirty_len() > 0 {
-        if started.elapsed() >= BUDGET {
-            return Ok(written);
-        }
-        let dirty = held.dirty(CHUNK);
-        let entries: Vec<(String, Option<String>)> = dirty
-            .iter()
-            .map(|(tenant, key)| (object_key(backend, tenant, key), held.entry(tenant, key)))
-            .collect();
-        written += entries.len();
-        nats.write(&nats.names().bucket, entries)?;
-        held.clean(&dirty);
+    snapshot: u64,
+) -> Result<u64, StoreError> {
+    let at = reflected(store, backend)?.stream_sequence;
+    if at >= snapshot {
+        return Ok(at);
     }
-    let note = Reflected {
-        stream_sequence: last,
-        incarnation: position.map_or_else(String::new, |p| format!("{:016x}", p.incarnation)),
-        sequence: position.map_or(0, |p| p.sequence),
-        complete: position.is_some_and(|p| p.complete),
-    };
-    let value = serde_json::to_string(&note).map_err(|e| e.to_string())?;
-    nats.write(
-        &nats.names().positions(),
-        vec![(token(backend.as_bytes()), Some(value))],
-    )?;
-    Ok(written)
+    let messages: Vec<Logged> = store
+        .read_after(subject, at)?
+        .into_iter()
+        .take_while(|m| m.stream_sequence <= snapshot)
+        .collect();
+    let reaches = messages.first().is_some_and(|m| {
+        m.header(crate::log::PREVIOUS)
+            .and_then(|v| v.parse::<u64>().ok())
+            == Some(at)
+    });
+    if reaches
+        && messages
+            .iter()
+            .all(|m| held.touch_all(&m.payload, m.stream_sequence).is_ok())
+    {
+        return Ok(at);
+    }
+    // The log no longer holds what the bucket lacks: compare the bucket with `held`.
+    let mut bucket = Index::new();
+    for value in store.bucket_load(&format!("{}.", token(backend.as_bytes())))? {
+        if let Some((tenant, key, media)) = parse_entry(&value) {
+            for medium in media.iter() {
+                bucket.store(&tenant, &key, medium);
+            }
+        }
+    }
+    let mut stale: Vec<Object> = Vec::new();
+    for (tenant, key, media) in held.index().iter() {
+        if bucket.get(tenant, key) != media {
+            stale.push((tenant.to_vec(), key.to_vec()));
+        }
+    }
+    for (tenant, key, _) in bucket.iter() {
+        if held.index().get(tenant, key).is_empty() {
+            stale.push((tenant.to_vec(), key.to_vec()));
+        }
+    }
+    for object in stale {
+        held.mark(object, snapshot);
+    }
+    Ok(at)
+}
+
+/// The bucket's writes under way, and where it stands.
+#[derive(Debug, Default)]
+pub(crate) struct Bucket {
+    /// The objects whose entries are being written, each with the message that last
+    /// touched it (dirty again if the write fails).
+    in_flight: Vec<(Object, u64)>,
+    /// The position noted with them, if any.
+    noting: Option<u64>,
+    /// The log message the bucket reflects, as last noted.
+    pub(crate) reflected: u64,
+    /// Entries written (acknowledged).
+    pub(crate) written: u64,
+    /// Writes that failed (their objects written again later).
+    pub(crate) failures: u64,
+}
+
+impl Bucket {
+    /// A bucket that reflects log message `reflected`.
+    pub(crate) fn new(reflected: u64) -> Bucket {
+        Bucket {
+            reflected,
+            ..Bucket::default()
+        }
+    }
+
+    /// Collects the outcome of the writes under way.
+    pub(crate) fn collect(&mut self, store: &mut impl Store, held: &mut Held) {
+        match store.bucket_done() {
+            Some(Ok(())) => {
+                self.written += self.in_flight.len() as u64;
+                self.in_flight.clear();
+                if let Some(at) = self.noting.take() {
+                    self.reflected = at;
+                }
+            }
+            Some(Err(_)) => {
+                self.failures += 1;
+                held.put_back(std::mem::take(&mut self.in_flight));
+                self.noting = None;
+            }
+            None => {}
+        }
+    }
+
+    /// Whether writes are under way.
+    pub(crate) fn busy(&self, store: &impl Store) -> bool {
+        store.bucket_busy() || !self.in_flight.is_empty() || self.noting.is_some()
+    }
+
+    /// Starts writing the next dirty entries as `held` has them, unless writes are under
+    /// way; with the last of them, the position of the log (`last`, at `position`).
+    pub(crate) fn flush(
+        &mut self,
+        store: &mut impl Store,
+        backend: &str,
+        held: &mut Held,
+        last: u64,
+        position: Option<Position>,
+    ) {
+        if self.busy(store) || (held.dirty_len() == 0 && self.reflected == last) {
+            return;
+        }
+        let taken = held.take_dirty(CHUNK);
+        let entries = taken
+            .iter()
+            .map(|((tenant, key), _)| (object_key(backend, tenant, key), held.entry(tenant, key)))
+            .collect();
+        let note = (held.dirty_len() == 0).then(|| {
+            let note = Reflected {
+                stream_sequence: last,
+                incarnation: position
+                    .map_or_else(String::new, |p| format!("{:016x}", p.incarnation)),
+                next_sequence: position.map_or(0, |p| p.next),
+                complete: position.is_some_and(|p| p.complete),
+            };
+            // A struct of plain fields always serializes.
+            let value = serde_json::to_string(&note).unwrap_or_default();
+            (token(backend.as_bytes()), Some(value))
+        });
+        self.noting = note.as_ref().map(|_| last);
+        self.in_flight = taken;
+        store.start_bucket(entries, note);
+    }
 }

@@ -1,10 +1,11 @@
 //! What the log says: the fold of every log message written so far, which is what a reader
-//! of the stream holds, and the objects whose bucket entry still has to be written.
+//! of the stream holds, and (with a bucket) the objects whose bucket entry still has to be
+//! written.
 
+use crate::batch;
 use mooncake_kv_events::subscriber::{json_bytes, Index, DEFAULT_TENANT};
-use mooncake_kv_events::wire::field;
+use mooncake_kv_events::wire::{Change, Malformed};
 use mooncake_kv_events::{Medium, MediumSet};
-use rmpv::Value;
 use std::collections::HashMap;
 
 /// A tenant and an object key, as bytes.
@@ -14,19 +15,12 @@ pub(crate) type Object = (Vec<u8>, Vec<u8>);
 #[derive(Debug, Default)]
 pub(crate) struct Held {
     index: Index,
+    /// Whether the bucket is written: only then are objects marked dirty.
+    tracks: bool,
     /// Objects touched by log messages whose bucket entry may not say what `index` says,
     /// with the stream sequence of the last message that touched them: an entry the
     /// bucket holds as of a later message is known to be written.
     dirty: HashMap<Object, u64>,
-}
-
-/// The bytes of a `str` or `bin` field.
-fn bytes(value: Option<&Value>) -> Option<&[u8]> {
-    match value? {
-        Value::String(text) => Some(text.as_bytes()),
-        Value::Binary(bytes) => Some(bytes),
-        _ => None,
-    }
 }
 
 /// The tenant an empty name stands for, as on the wire.
@@ -39,32 +33,58 @@ fn tenant_name(tenant: &[u8]) -> &[u8] {
 }
 
 impl Held {
+    /// A state that marks objects dirty for a bucket when `tracks`.
+    pub(crate) fn new(tracks: bool) -> Held {
+        Held {
+            tracks,
+            ..Held::default()
+        }
+    }
+
     /// The log's state.
     pub(crate) fn index(&self) -> &Index {
         &self.index
     }
 
-    /// Applies the events of log message `stream_sequence`; returns how many the index could
-    /// not take (malformed: counted, skipped, as every reader skips them).
-    pub(crate) fn apply(&mut self, events: &[Value], stream_sequence: u64) -> u64 {
-        let mut skipped = 0;
-        for event in events {
-            self.touch(event, stream_sequence);
-            if self.index.apply(event).is_err() {
-                skipped += 1;
+    /// Applies the batches of log message `stream_sequence`; returns how many events they
+    /// hold, or why the payload is not batches. An event the index cannot take is skipped
+    /// (malformed: as every reader skips it).
+    pub(crate) fn apply(&mut self, payload: &[u8], stream_sequence: u64) -> Result<u64, Malformed> {
+        let mut events = 0;
+        for batch in batch::checked(payload)? {
+            events += batch.len() as u64;
+            for change in batch.changes() {
+                if self.tracks {
+                    self.touch(&change, stream_sequence);
+                }
+                let _ = self.index.apply_change(&change);
             }
         }
-        skipped
+        Ok(events)
+    }
+
+    /// Marks the objects of a log message as dirty without applying it (its effects are
+    /// held already; the bucket may lack them).
+    pub(crate) fn touch_all(
+        &mut self,
+        payload: &[u8],
+        stream_sequence: u64,
+    ) -> Result<(), Malformed> {
+        for batch in batch::checked(payload)? {
+            for change in batch.changes() {
+                self.touch(&change, stream_sequence);
+            }
+        }
+        Ok(())
     }
 
     /// Marks what `event` changes as dirty: its object, or every object of the tenant a
     /// `cleared` empties (looked up before the event is applied).
-    fn touch(&mut self, event: &Value, stream_sequence: u64) {
-        let Some(tenant) = bytes(field(event, "tenant_id")).map(tenant_name) else {
+    fn touch(&mut self, event: &Change<'_>, stream_sequence: u64) {
+        let Some(tenant) = event.tenant_id.bytes().map(tenant_name) else {
             return;
         };
-        let kind = field(event, "event_type").and_then(Value::as_str);
-        if kind == Some("cleared") {
+        if event.event_type.bytes() == Some(b"cleared") {
             let keys: Vec<Vec<u8>> = self
                 .index
                 .tenant(tenant)
@@ -73,28 +93,39 @@ impl Held {
             for key in keys {
                 self.dirty.insert((tenant.to_vec(), key), stream_sequence);
             }
-        } else if let Some(key) = bytes(field(event, "object_key")) {
+        } else if let Some(key) = event.object_key.bytes() {
             self.dirty
                 .insert((tenant.to_vec(), key.to_vec()), stream_sequence);
         }
     }
 
-    /// Takes an object the bucket holds, as it holds it (a relay starting from the bucket).
+    /// Marks `object` dirty as of `stream_sequence`.
+    pub(crate) fn mark(&mut self, object: Object, stream_sequence: u64) {
+        self.dirty.insert(object, stream_sequence);
+    }
+
+    /// Takes an object as a bucket entry holds it.
+    #[cfg(test)]
     pub(crate) fn load(&mut self, tenant: &[u8], key: &[u8], media: MediumSet) {
         for medium in media.iter() {
             self.index.store(tenant, key, medium);
         }
     }
 
-    /// At most `limit` of the dirty objects.
-    pub(crate) fn dirty(&self, limit: usize) -> Vec<Object> {
-        self.dirty.keys().take(limit).cloned().collect()
+    /// Takes at most `limit` of the dirty objects, with the stream sequence that last
+    /// touched each: their entries are about to be written as the index has them.
+    pub(crate) fn take_dirty(&mut self, limit: usize) -> Vec<(Object, u64)> {
+        let taken: Vec<Object> = self.dirty.keys().take(limit).cloned().collect();
+        taken
+            .into_iter()
+            .filter_map(|o| self.dirty.remove_entry(&o))
+            .collect()
     }
 
-    /// Forgets `objects`: their entries were written as the index has them.
-    pub(crate) fn clean(&mut self, objects: &[Object]) {
-        for object in objects {
-            self.dirty.remove(object);
+    /// Marks `objects` dirty again (their write failed), unless touched since.
+    pub(crate) fn put_back(&mut self, objects: Vec<(Object, u64)>) {
+        for (object, touched) in objects {
+            self.dirty.entry(object).or_insert(touched);
         }
     }
 
@@ -157,6 +188,7 @@ fn unjson_bytes(value: &serde_json::Value) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rmpv::Value;
 
     fn event(kind: &str, tenant: &str, key: Option<&[u8]>) -> Value {
         let mut map = vec![
@@ -170,31 +202,47 @@ mod tests {
         Value::Map(map)
     }
 
+    /// One batch of `events`, then a second batch of none: a payload of two batches.
+    fn payload(events: Vec<Value>) -> Vec<u8> {
+        let mut out = Vec::new();
+        let batch = Value::Array(vec![Value::from(1), Value::Array(events), Value::from(0)]);
+        rmpv::encode::write_value(&mut out, &batch).unwrap();
+        out.extend(crate::batch::empty(2, 0));
+        out
+    }
+
     #[test]
     fn applied_events_mark_their_objects_dirty_until_the_bucket_has_them() {
-        let mut held = Held::default();
-        held.apply(
-            &[
-                event("stored", "t", Some(b"a")),
-                event("stored", "t", Some(b"b")),
-            ],
-            1,
-        );
-        held.apply(&[event("removed", "t", Some(b"a"))], 2);
+        let mut held = Held::new(true);
+        let two = payload(vec![
+            event("stored", "t", Some(b"a")),
+            event("stored", "t", Some(b"b")),
+        ]);
+        assert_eq!(held.apply(&two, 1), Ok(2));
+        held.apply(&payload(vec![event("removed", "t", Some(b"a"))]), 2)
+            .unwrap();
         assert_eq!(held.dirty_len(), 2);
         assert_eq!(held.entry(b"t", b"a"), None);
         held.clean_through(1);
-        assert_eq!(held.dirty(10), vec![(b"t".to_vec(), b"a".to_vec())]);
-        held.apply(&[event("cleared", "t", None)], 3);
+        let taken = held.take_dirty(10);
+        assert_eq!(taken, vec![((b"t".to_vec(), b"a".to_vec()), 2)]);
+        held.put_back(taken);
+        held.apply(&payload(vec![event("cleared", "t", None)]), 3)
+            .unwrap();
         assert_eq!(
             held.dirty_len(),
             2,
             "the cleared tenant's objects are dirty"
         );
         assert!(held.index().is_empty());
-        let some = held.dirty(1);
-        held.clean(&some);
+        assert_eq!(held.take_dirty(1).len(), 1);
         assert_eq!(held.dirty_len(), 1);
+        assert!(held.apply(b"\x93", 4).is_err(), "not a batch");
+
+        let mut untracked = Held::new(false);
+        untracked.apply(&two, 1).unwrap();
+        assert_eq!(untracked.dirty_len(), 0);
+        assert_eq!(untracked.index().objects(), 2);
     }
 
     #[test]

@@ -3,16 +3,15 @@
 //! so that two relays never interleave, and carries a message id, so that a write retried
 //! after a lost acknowledgement is kept once.
 
-use crate::batch;
+use crate::error::StoreError;
 use crate::held::Held;
-use crate::nats::{Nats, Refused};
-use async_nats::HeaderMap;
-use rmpv::Value;
+use crate::store::{Appended, LogMessage, Logged, Store};
 
 /// The header of the master's incarnation a log message brings the log to (16 hex digits).
 pub(crate) const INCARNATION: &str = "Kv-Events-Incarnation";
-/// The header of the master's last sequence it covers.
-pub(crate) const SEQUENCE: &str = "Kv-Events-Sequence";
+/// The header of the master's next sequence after it: the log holds the master's state
+/// before that message.
+pub(crate) const NEXT_SEQUENCE: &str = "Kv-Events-Next-Sequence";
 /// `events` (the master's own) or `diff` (a difference after a resync).
 pub(crate) const KIND: &str = "Kv-Events-Kind";
 /// For a difference, `part/parts`, from 1.
@@ -25,37 +24,33 @@ pub(crate) const PREVIOUS: &str = "Kv-Events-Previous";
 pub(crate) struct Position {
     /// The master's incarnation.
     pub(crate) incarnation: u64,
-    /// The last master sequence the log covers.
-    pub(crate) sequence: u64,
+    /// The master's next sequence: the log holds its state before that message.
+    pub(crate) next: u64,
     /// False in the middle of a difference, or after a hole in the log: the log is not
-    /// the master's state at `sequence`, and the next write is a difference.
+    /// the master's state before `next`, and the next write is a difference.
     pub(crate) complete: bool,
 }
 
 /// One message to append.
 #[derive(Debug)]
-pub(crate) struct Entry<'a> {
+pub(crate) struct Entry {
     /// The message id.
     pub(crate) id: String,
     /// Where the log stands once it is applied.
     pub(crate) position: Position,
     /// `events` or `diff`.
-    pub(crate) kind: &'a str,
+    pub(crate) kind: &'static str,
     /// For a difference, (part, parts).
     pub(crate) part: Option<(usize, usize)>,
-    /// The batch's timestamp and dp_rank.
-    pub(crate) timestamp_ms: u64,
-    /// The batch's dp_rank.
-    pub(crate) dp_rank: u64,
-    /// Its events.
-    pub(crate) events: Vec<Value>,
+    /// Its batches.
+    pub(crate) payload: Vec<u8>,
 }
 
 /// What became of an append.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Appended {
-    /// Written and applied to what the log holds.
-    Written,
+pub(crate) enum Written {
+    /// Written and applied to what the log holds; it held this many events.
+    Yes(u64),
     /// Another writer got there first, or the id was written before: the log was read
     /// again instead. `true` when another relay wrote meanwhile.
     ReadInstead(bool),
@@ -86,80 +81,86 @@ impl Log {
         }
     }
 
-    /// Appends `entry` on top of the last message known; on success applies its events to
-    /// `held`. On a race lost or a duplicate, reads what is there instead ([`Log::read`]).
+    /// Appends `entry` on top of the last message known; on success applies it to `held`.
+    /// On a race lost or a duplicate, reads what is there instead ([`Log::read`]).
     pub(crate) fn append(
         &mut self,
-        nats: &Nats,
+        store: &mut impl Store,
         held: &mut Held,
-        entry: Entry<'_>,
-    ) -> Result<Appended, String> {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            INCARNATION,
-            format!("{:016x}", entry.position.incarnation).as_str(),
-        );
-        headers.insert(SEQUENCE, entry.position.sequence.to_string().as_str());
-        headers.insert(KIND, entry.kind);
+        entry: Entry,
+    ) -> Result<Written, StoreError> {
+        let mut headers = vec![
+            (INCARNATION, format!("{:016x}", entry.position.incarnation)),
+            (NEXT_SEQUENCE, entry.position.next.to_string()),
+            (KIND, entry.kind.to_owned()),
+            (PREVIOUS, self.last.to_string()),
+        ];
         if let Some((part, parts)) = entry.part {
-            headers.insert(PART, format!("{part}/{parts}").as_str());
+            headers.push((PART, format!("{part}/{parts}")));
         }
-        headers.insert(PREVIOUS, self.last.to_string().as_str());
-        let payload = batch::encode(entry.timestamp_ms, entry.events.clone(), entry.dp_rank);
-        match nats.append(&self.subject, payload, headers, &entry.id, self.last) {
-            Ok(Some(sequence)) => {
-                held.apply(&entry.events, sequence);
+        let payload = bytes::Bytes::from(entry.payload);
+        let message = LogMessage {
+            id: entry.id,
+            headers,
+            payload: payload.clone(),
+        };
+        match store.append(&self.subject, message, self.last) {
+            Ok(Appended::Written(sequence)) => {
+                // The relay wrote these batches itself: they are batches.
+                let events = held.apply(&payload, sequence).unwrap_or_default();
                 self.last = sequence;
                 self.position = Some(entry.position);
-                Ok(Appended::Written)
+                Ok(Written::Yes(events))
             }
-            Ok(None) => self.read(nats, held).map(|_| Appended::ReadInstead(false)),
-            Err(Refused::NotLast) => self.read(nats, held).map(|_| Appended::ReadInstead(true)),
-            Err(Refused::Failed(why)) => Err(why),
+            Ok(Appended::Duplicate) => self.read(store, held).map(|_| Written::ReadInstead(false)),
+            Err(StoreError::NotLast) => self.read(store, held).map(|_| Written::ReadInstead(true)),
+            Err(e) => Err(e),
         }
     }
 
     /// Reads the messages written after the last one known (by another relay, or by this
     /// one before it restarted) and applies them to `held`; returns how many.
-    pub(crate) fn read(&mut self, nats: &Nats, held: &mut Held) -> Result<usize, String> {
-        let messages = nats.read_after(&self.subject, self.last)?;
+    pub(crate) fn read(
+        &mut self,
+        store: &mut impl Store,
+        held: &mut Held,
+    ) -> Result<usize, StoreError> {
+        let messages = store.read_after(&self.subject, self.last)?;
         for message in &messages {
-            let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned());
-            let previous = header(PREVIOUS).and_then(|v| v.parse::<u64>().ok());
-            let mut position = position_of(header(INCARNATION), header(SEQUENCE), header(PART));
-            match batch::decode(&message.payload) {
-                Ok(events) => {
-                    held.apply(&events, message.stream_sequence);
-                }
-                Err(_) => {
-                    self.unreadable += 1;
-                    position = None;
-                }
-            }
-            // A message not written on top of the one before it: something between them
-            // is gone (a limit of the stream, a purge); the next write is a difference.
-            if previous != Some(self.last) {
-                position = position.map(|p| Position {
-                    complete: false,
-                    ..p
-                });
-            }
-            self.last = message.stream_sequence;
-            self.position = position;
+            self.take(message, held);
         }
         Ok(messages.len())
+    }
+
+    /// Applies one message read back, and moves the log's position past it.
+    fn take(&mut self, message: &Logged, held: &mut Held) {
+        let previous = message.header(PREVIOUS).and_then(|v| v.parse::<u64>().ok());
+        let mut position = position_of(message);
+        if held
+            .apply(&message.payload, message.stream_sequence)
+            .is_err()
+        {
+            self.unreadable += 1;
+            position = None;
+        }
+        // A message not written on top of the one before it: something between them is
+        // gone (the stream's retention, a purge); the next write is a difference.
+        if previous != Some(self.last) {
+            position = position.map(|p| Position {
+                complete: false,
+                ..p
+            });
+        }
+        self.last = message.stream_sequence;
+        self.position = position;
     }
 }
 
 /// The position a log message's headers give; `None` when they give none.
-fn position_of(
-    incarnation: Option<String>,
-    sequence: Option<String>,
-    part: Option<String>,
-) -> Option<Position> {
-    let incarnation = u64::from_str_radix(&incarnation?, 16).ok()?;
-    let sequence = sequence?.parse().ok()?;
-    let complete = match part {
+pub(crate) fn position_of(message: &Logged) -> Option<Position> {
+    let incarnation = u64::from_str_radix(message.header(INCARNATION)?, 16).ok()?;
+    let next = message.header(NEXT_SEQUENCE)?.parse().ok()?;
+    let complete = match message.header(PART) {
         None => true,
         Some(part) => {
             let (part, parts) = part.split_once('/')?;
@@ -168,7 +169,7 @@ fn position_of(
     };
     Some(Position {
         incarnation,
-        sequence,
+        next,
         complete,
     })
 }
@@ -176,26 +177,36 @@ fn position_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
 
     #[test]
     fn a_position_is_complete_after_events_or_the_last_part_of_a_difference() {
-        let p = |part: Option<&str>| {
-            position_of(
-                Some("00000000000000ff".into()),
-                Some("7".into()),
-                part.map(Into::into),
-            )
+        let p = |part: Option<&str>, incarnation: Option<&str>| {
+            let mut headers = BTreeMap::new();
+            headers.insert(NEXT_SEQUENCE.to_owned(), "7".to_owned());
+            if let Some(i) = incarnation {
+                headers.insert(INCARNATION.to_owned(), i.to_owned());
+            }
+            if let Some(part) = part {
+                headers.insert(PART.to_owned(), part.to_owned());
+            }
+            position_of(&Logged {
+                stream_sequence: 1,
+                headers,
+                payload: bytes::Bytes::new(),
+            })
         };
+        let ff = Some("00000000000000ff");
         assert_eq!(
-            p(None),
+            p(None, ff),
             Some(Position {
                 incarnation: 255,
-                sequence: 7,
+                next: 7,
                 complete: true
             })
         );
-        assert!(!p(Some("1/2")).unwrap().complete);
-        assert!(p(Some("2/2")).unwrap().complete);
-        assert_eq!(position_of(None, Some("7".into()), None), None);
+        assert!(!p(Some("1/2"), ff).unwrap().complete);
+        assert!(p(Some("2/2"), ff).unwrap().complete);
+        assert_eq!(p(None, None), None);
     }
 }

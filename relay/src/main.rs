@@ -8,36 +8,38 @@ mod args;
 mod batch;
 mod bucket;
 mod counters;
+mod error;
 mod held;
 mod log;
+#[cfg(test)]
+mod memory;
 mod names;
 mod nats;
-mod raw;
 mod relay;
+mod source;
 mod status;
+mod store;
 
 use clap::Parser;
+use error::Error;
 use mooncake_kv_events::keys;
 use mooncake_kv_events::subscriber::{
     catch_stop_signals, connect_form, stop_requested, CurveClient, FollowOptions, Follower,
-    ReplayClient, SubscriberOptions, Upstream,
+    ReplayClient, Upstream,
 };
-use raw::Raw;
 use relay::Relay;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-/// The longest one turn waits on the master: it bounds how late a signal is seen, and how
-/// many of the master's messages one log message gathers under load.
+/// The longest one turn waits on the master when nothing arrives: it bounds how late a
+/// signal is seen. The follower returns as soon as it applied a message.
 const TURN: Duration = Duration::from_millis(50);
 /// The follower's SUB socket's receive high-water mark, as `mirror`'s: what it drops it
 /// recovers by a replay or a snapshot.
 const RCVHWM: i32 = 1_000_000;
-/// The high-water mark of the relay's own SUB socket, which reads the stream a second time
-/// for the log: about as much as the relay holds (`raw.rs`); what it drops past it the log
-/// gets as a difference, so a master far ahead costs no more memory here.
-const RAW_RCVHWM: i32 = 16_384;
+/// How long the relay goes on writing at the end, for what came last.
+const LAST_WRITES: Duration = Duration::from_secs(10);
 
 fn main() -> ExitCode {
     let args = args::Args::parse();
@@ -55,11 +57,11 @@ fn main() -> ExitCode {
 }
 
 /// The publishers to follow, with their CURVE keys.
-fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, String> {
+fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, Error> {
     let own_keys = match &args.curve_secret_key {
         Some(path) => {
-            keys::curve_available()?;
-            Some(keys::read_key_pair(path)?)
+            keys::curve_available().map_err(Error::Master)?;
+            Some(keys::read_key_pair(path).map_err(Error::Master)?)
         }
         None => None,
     };
@@ -78,7 +80,7 @@ fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, String> {
                     i
                 }];
                 Some(CurveClient {
-                    server_key: keys::read_public_key(server)?,
+                    server_key: keys::read_public_key(server).map_err(Error::Master)?,
                     keys: pair.clone(),
                 })
             }
@@ -96,11 +98,16 @@ fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, String> {
 
 /// The backend id of the first publisher that answers `info`: the subject and the keys are
 /// named after it. Waits for one (a master not up yet), until a signal.
-fn backend_id(upstreams: &[Upstream]) -> Result<String, String> {
+fn backend_id(upstreams: &[Upstream]) -> Result<String, Error> {
     let mut clients = Vec::with_capacity(upstreams.len());
     for upstream in upstreams {
         let client = ReplayClient::connect(&upstream.replay_endpoint, upstream.curve.clone())
-            .map_err(|e| format!("cannot connect to {}: {e}", upstream.replay_endpoint))?;
+            .map_err(|e| {
+                Error::Master(format!(
+                    "cannot connect to {}: {e}",
+                    upstream.replay_endpoint
+                ))
+            })?;
         clients.push(client);
     }
     let mut said = false;
@@ -115,54 +122,62 @@ fn backend_id(upstreams: &[Upstream]) -> Result<String, String> {
             said = true;
         }
     }
-    Err("stopped before any publisher answered".into())
+    Err(Error::Stopped)
 }
 
 /// Runs the relay until `--duration`, Ctrl-C or SIGTERM.
-fn run(args: &args::Args) -> Result<(), String> {
+fn run(args: &args::Args) -> Result<(), Error> {
     // Ctrl-C and SIGTERM end the loop, after what is pending is written.
     catch_stop_signals();
     let upstreams = upstreams(args)?;
     let names: Vec<String> = upstreams.iter().map(|s| s.endpoint.clone()).collect();
     let backend = backend_id(&upstreams)?;
-    let nats = nats::Nats::connect(
+    let store = nats::Nats::connect(
         &args.nats,
         nats::Names {
             stream: args.stream.clone(),
+            snapshots: args.snapshots.clone(),
             bucket: args.bucket.clone(),
+            replicas: usize::from(args.replicas),
         },
     )?;
-    let mut raws = Vec::with_capacity(upstreams.len());
-    for upstream in &upstreams {
-        let options = SubscriberOptions {
-            rcvhwm: RAW_RCVHWM,
-            curve: upstream.curve.clone(),
-            topic: upstream.topic.clone(),
-            ..SubscriberOptions::default()
-        };
-        raws.push(Raw::open(&upstream.endpoint, &options)?);
-    }
     let options = FollowOptions {
         rcvhwm: RCVHWM,
         track_changes: true,
+        keep_applied: true,
         ..FollowOptions::default()
     };
-    let follower = Follower::new(upstreams, options)?;
-    let mut relay = Relay::start(follower, raws, nats, backend.clone())?;
+    let follower = Follower::new(upstreams, options).map_err(Error::Master)?;
+    let mut relay = Relay::start(
+        follower,
+        store,
+        relay::Options {
+            backend: backend.clone(),
+            snapshot_every: args.snapshot_every,
+            bucket: args.bucket.is_some(),
+        },
+    )?;
     eprintln!(
         "kv-events relay: relaying backend {backend} from {} into NATS {} (stream {}, \
-         subject {}, bucket {})",
+         subject {}, snapshots {}{})",
         names.join(", "),
         args.nats,
         args.stream,
         relay.log.subject,
+        args.snapshots,
         args.bucket
+            .as_ref()
+            .map_or_else(String::new, |b| format!(", bucket {b}")),
     );
     follow(&mut relay, args, &names)
 }
 
 /// The loop: turns until the end, a status line every `--every`.
-fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), String> {
+fn follow<S: source::Source, T: store::Store>(
+    relay: &mut Relay<S, T>,
+    args: &args::Args,
+    names: &[String],
+) -> Result<(), Error> {
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
     let mut next_status = started + args.every;
@@ -178,9 +193,9 @@ fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), 
             );
         }
         match outcome {
-            Err(why) if failing.as_ref() != Some(&why) => {
+            Err(why) if failing.as_ref() != Some(&why.to_string()) => {
                 let _ = writeln!(err, "kv-events relay: {why}; retrying");
-                failing = Some(why);
+                failing = Some(why.to_string());
             }
             Ok(()) => failing = None,
             Err(_) => {}
@@ -190,12 +205,10 @@ fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), 
             next_status += args.every;
         }
     }
-    // What came last is written before the end, when the master and NATS allow; the bucket
-    // takes a bounded number of entries a turn.
-    loop {
-        let before = relay.pending();
-        let written = relay.turn(Duration::ZERO).1.is_ok();
-        if !written || relay.pending() == 0 || relay.pending() >= before {
+    // What came last is written before the end, when the master and NATS allow.
+    let end = Instant::now() + LAST_WRITES;
+    while !relay.up_to_date() && Instant::now() < end {
+        if relay.turn(Duration::from_millis(10)).1.is_err() {
             break;
         }
     }
@@ -203,6 +216,6 @@ fn follow(relay: &mut Relay, args: &args::Args, names: &[String]) -> Result<(), 
     if relay.up_to_date() {
         Ok(())
     } else {
-        Err("stopped with the log or the bucket behind the master".into())
+        Err(Error::Behind)
     }
 }

@@ -61,18 +61,18 @@ pub(crate) fn events_id(backend: &str, incarnation: u64, first: u64, last: u64) 
 }
 
 /// The id of part `part` of a difference that brings the log from what it held after log
-/// message `base` (its stream sequence; 0: nothing) to the master's state at `sequence` of
-/// `incarnation`. Two relays that compute it from the same base compute the same events,
+/// message `base` (its stream sequence; 0: nothing) to the master's state before its
+/// sequence `next` of `incarnation`. Two relays that compute it from the same base compute the same events,
 /// so the id may be the same; from different bases, the events differ, and so does the id.
 pub(crate) fn diff_id(
     backend: &str,
     incarnation: u64,
-    sequence: u64,
+    next: u64,
     base: u64,
     part: usize,
 ) -> String {
     format!(
-        "{}.{incarnation:016x}.{sequence}.diff-{base}.{part}",
+        "{}.{incarnation:016x}.{next}.diff-{base}.{part}",
         token(backend.as_bytes())
     )
 }

@@ -1,24 +1,30 @@
-//! The relay's side of NATS: the JetStream stream that holds the log, the bucket that holds
-//! the current state, and the small bucket where the relay notes which log message the
-//! bucket reflects. The relay's loop is synchronous (ZeroMQ); each call here runs its
-//! requests on a one-thread Tokio runtime, whose worker also keeps the connection alive
-//! (pings, reconnects) while the loop waits on ZeroMQ.
+//! The store in NATS JetStream: the stream that holds the log, the Object Store bucket of
+//! the snapshots, and (opt-in) the key-value bucket of objects with its positions' bucket.
+//! The relay's loop is synchronous (ZeroMQ): appends and reads run on a one-thread Tokio
+//! runtime (`block_on`), whose worker also keeps the connection alive while the loop waits
+//! on ZeroMQ, and runs the snapshot and bucket writes as tasks beside the loop.
 
+use crate::error::StoreError;
+use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, Store};
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::context::{Publish, PublishErrorKind};
 use async_nats::jetstream::{self, stream};
 use async_nats::HeaderMap;
+use base64::engine::general_purpose::URL_SAFE;
+use base64::Engine;
 use futures::StreamExt;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 use tokio::runtime::Runtime;
+use tokio::task::JoinHandle;
 
 /// How long a JetStream request may wait for its answer: a server that is down is noticed
 /// this late, and the write retried.
 const TIMEOUT: Duration = Duration::from_secs(2);
-/// How long loading the bucket may wait for an answer or the next value: to start a
-/// consumer from the last value of each key, nats-server first finds them, which for
-/// millions of keys takes tens of seconds.
+/// How long loading a bucket of millions of keys may wait for an answer or the next
+/// value: to start a consumer from the last value of each key, nats-server first finds
+/// them, which takes tens of seconds.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(120);
 /// Messages one fetch of a read asks for.
 const BATCH: usize = 4096;
@@ -26,43 +32,33 @@ const BATCH: usize = 4096;
 const INACTIVE: Duration = Duration::from_secs(60);
 /// The stream's duplicate window: a message id seen within it is written once.
 const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// The chunks of a snapshot object.
+const CHUNK_BYTES: usize = 256 * 1024;
+/// Chunks (or bucket entries) sent before the oldest acknowledgement is awaited.
+const WINDOW: usize = 64;
+/// The snapshot's headers, in the object's info (`headers`, and `metadata` for clients
+/// that know no object headers).
+pub(crate) const STREAM_SEQUENCE: &str = "Kv-Events-Stream-Sequence";
 
 /// Where the log and the state go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Names {
     /// The stream, e.g. `KV_EVENTS`; it takes the subjects `kv-events.>`.
     pub(crate) stream: String,
-    /// The bucket of present objects, e.g. `kv-events`.
-    pub(crate) bucket: String,
+    /// The Object Store bucket of the snapshots, e.g. `kv-events-snapshots`.
+    pub(crate) snapshots: String,
+    /// The key-value bucket of present objects, if asked for.
+    pub(crate) bucket: Option<String>,
+    /// The replicas of what the relay makes (on a cluster: 3).
+    pub(crate) replicas: usize,
 }
 
 impl Names {
     /// The bucket of the relays' positions: one entry per backend, beside the objects'
     /// bucket so that this one holds nothing but objects.
-    pub(crate) fn positions(&self) -> String {
-        format!("{}-positions", self.bucket)
+    fn positions(bucket: &str) -> String {
+        format!("{bucket}-positions")
     }
-}
-
-/// A log message read back from the stream.
-#[derive(Debug)]
-pub(crate) struct Logged {
-    /// Its sequence in the stream.
-    pub(crate) stream_sequence: u64,
-    /// Its headers (the relay's position, the previous message on the subject).
-    pub(crate) headers: HeaderMap,
-    /// The batch.
-    pub(crate) payload: bytes::Bytes,
-}
-
-/// Why a write to the log did not happen.
-#[derive(Debug)]
-pub(crate) enum Refused {
-    /// The subject's last message is not the one the relay wrote on top of: another relay
-    /// wrote meanwhile.
-    NotLast,
-    /// The server did not take it (down, restarting, timed out): try again later.
-    Failed(String),
 }
 
 /// A connection to NATS with the stream and the buckets in place.
@@ -73,6 +69,9 @@ pub(crate) struct Nats {
     loader: jetstream::Context,
     names: Names,
     stream: stream::Stream,
+    objects: stream::Stream,
+    snapshot: Option<JoinHandle<Result<SnapshotMeta, StoreError>>>,
+    bucket: Option<JoinHandle<Result<(), StoreError>>>,
 }
 
 impl std::fmt::Debug for Nats {
@@ -83,24 +82,20 @@ impl std::fmt::Debug for Nats {
     }
 }
 
-fn failed(what: &str) -> impl Fn(&dyn std::fmt::Display) -> String + '_ {
-    move |e| format!("{what}: {e}")
-}
-
 impl Nats {
     /// Connects to `url` and makes the stream and the buckets if they are not there.
-    pub(crate) fn connect(url: &str, names: Names) -> Result<Nats, String> {
+    pub(crate) fn connect(url: &str, names: Names) -> Result<Nats, StoreError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start the NATS client's runtime: {e}"))?;
-        let (context, loader, stream) = runtime.block_on(async {
+            .map_err(|e| StoreError::failed("the NATS client's runtime", e))?;
+        let (context, loader, stream, objects) = runtime.block_on(async {
             let client = async_nats::ConnectOptions::new()
                 .retry_on_initial_connect()
                 .connect(url)
                 .await
-                .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
+                .map_err(|e| StoreError::failed("connecting to NATS", e))?;
             let mut context = jetstream::new(client);
             context.set_timeout(TIMEOUT);
             // A connection of its own: JetStream requests wait as long as their client's
@@ -109,11 +104,11 @@ impl Nats {
                 .request_timeout(Some(LOAD_TIMEOUT))
                 .connect(url)
                 .await
-                .map_err(|e| format!("cannot connect to NATS at {url}: {e}"))?;
+                .map_err(|e| StoreError::failed("connecting to NATS", e))?;
             let mut loader = jetstream::new(loading);
             loader.set_timeout(LOAD_TIMEOUT);
-            let stream = ensure(&context, &names).await?;
-            Ok::<_, String>((context, loader, stream))
+            let (stream, objects) = ensure(&context, &names).await?;
+            Ok::<_, StoreError>((context, loader, stream, objects))
         })?;
         Ok(Nats {
             runtime,
@@ -121,6 +116,9 @@ impl Nats {
             loader,
             names,
             stream,
+            objects,
+            snapshot: None,
+            bucket: None,
         })
     }
 
@@ -128,21 +126,37 @@ impl Nats {
         self.runtime.block_on(future)
     }
 
-    /// Appends a message to `subject` if its last message is still `expected` (0: none),
-    /// with id `id`; returns its stream sequence, or `None` when the id was written before
-    /// (a duplicate JetStream dropped).
-    pub(crate) fn append(
+    /// The outcome of a task, once it is done.
+    fn done<O>(
         &self,
+        task: &mut Option<JoinHandle<Result<O, StoreError>>>,
+    ) -> Option<Result<O, StoreError>> {
+        if !task.as_ref().is_some_and(JoinHandle::is_finished) {
+            return None;
+        }
+        let handle = task.take()?;
+        Some(
+            self.run(handle)
+                .unwrap_or_else(|e| Err(StoreError::failed("a task beside the loop", e))),
+        )
+    }
+}
+
+impl Store for Nats {
+    fn append(
+        &mut self,
         subject: &str,
-        payload: Vec<u8>,
-        headers: HeaderMap,
-        id: &str,
+        message: LogMessage,
         expected: u64,
-    ) -> Result<Option<u64>, Refused> {
+    ) -> Result<Appended, StoreError> {
+        let mut headers = HeaderMap::new();
+        for (name, value) in &message.headers {
+            headers.insert(*name, value.as_str());
+        }
         let publish = Publish::build()
-            .payload(payload.into())
+            .payload(message.payload)
             .headers(headers)
-            .message_id(id)
+            .message_id(message.id)
             .expected_last_subject_sequence(expected);
         let outcome = self.run(async {
             self.context
@@ -151,49 +165,145 @@ impl Nats {
                 .await
         });
         match outcome {
-            Ok(ack) if ack.duplicate => Ok(None),
-            Ok(ack) => Ok(Some(ack.sequence)),
-            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(Refused::NotLast),
-            Err(e) => Err(Refused::Failed(format!("cannot write to the stream: {e}"))),
+            Ok(ack) if ack.duplicate => Ok(Appended::Duplicate),
+            Ok(ack) => Ok(Appended::Written(ack.sequence)),
+            Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(StoreError::NotLast),
+            Err(e) => Err(StoreError::failed("writing to the stream", e)),
         }
     }
 
-    /// The stream sequence of the last message on `subject`, 0 when it has none.
-    pub(crate) fn last_on(&self, subject: &str) -> Result<u64, String> {
+    fn last_on(&mut self, subject: &str) -> Result<u64, StoreError> {
         let last = self.run(self.stream.get_last_raw_message_by_subject(subject));
         match last {
             Ok(message) => Ok(message.sequence),
             Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
-            Err(e) => Err(format!("cannot read the stream: {e}")),
+            Err(e) => Err(StoreError::failed("reading the stream", e)),
         }
     }
 
-    /// The messages of `subject` after stream sequence `after`, in order.
-    pub(crate) fn read_after(&self, subject: &str, after: u64) -> Result<Vec<Logged>, String> {
+    fn read_after(&mut self, subject: &str, after: u64) -> Result<Vec<Logged>, StoreError> {
         let policy = DeliverPolicy::ByStartSequence {
             start_sequence: after + 1,
         };
         let messages = self.run(read_all(&self.stream, subject, policy, TIMEOUT))?;
-        Ok(messages
-            .into_iter()
-            .map(|m| Logged {
-                stream_sequence: m.1,
-                headers: m.0.headers.unwrap_or_default(),
-                payload: m.0.payload,
-            })
-            .collect())
+        Ok(messages.into_iter().map(logged).collect())
     }
 
-    /// Every entry of the objects' bucket under `prefix` (a backend's token and a dot):
-    /// keys and values, deleted ones left out.
-    pub(crate) fn load(&self, prefix: &str) -> Result<Vec<bytes::Bytes>, String> {
-        let bucket = &self.names.bucket;
+    fn load_snapshot(&mut self, name: &str) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StoreError> {
+        let bucket = self.names.snapshots.clone();
+        let meta_subject = format!("$O.{bucket}.M.{}", URL_SAFE.encode(name));
+        let info = self.run(self.objects.get_last_raw_message_by_subject(&meta_subject));
+        let info = match info {
+            Ok(message) => message.payload,
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                return Ok(None)
+            }
+            Err(e) => return Err(StoreError::failed("reading the snapshots' bucket", e)),
+        };
+        let unreadable = |why: &str| StoreError::Unreadable {
+            what: format!("the snapshot {bucket}/{name}: {why}"),
+        };
+        let info: serde_json::Value =
+            serde_json::from_slice(&info).map_err(|e| unreadable(&e.to_string()))?;
+        if info["deleted"].as_bool() == Some(true) {
+            return Ok(None);
+        }
+        let meta = snapshot_meta(&info).ok_or_else(|| unreadable("no Kv-Events headers"))?;
+        let nuid = info["nuid"].as_str().ok_or_else(|| unreadable("no nuid"))?;
+        let chunks = format!("$O.{bucket}.C.{nuid}");
+        let messages = self.run(async {
+            let objects = self
+                .loader
+                .get_stream(format!("OBJ_{bucket}"))
+                .await
+                .map_err(|e| StoreError::failed("opening the snapshots' bucket", e))?;
+            read_all(&objects, &chunks, DeliverPolicy::All, LOAD_TIMEOUT).await
+        })?;
+        let mut content = Vec::with_capacity(info["size"].as_u64().unwrap_or(0) as usize);
+        for (message, _) in messages {
+            content.extend_from_slice(&message.payload);
+        }
+        if Some(content.len() as u64) != info["size"].as_u64() {
+            return Err(unreadable("its chunks do not add up to its size"));
+        }
+        Ok(Some((meta, content)))
+    }
+
+    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Vec<u8>) {
+        let context = self.context.clone();
+        let objects = self.objects.clone();
+        let bucket = self.names.snapshots.clone();
+        let name = name.to_owned();
+        self.snapshot = Some(self.runtime.spawn(async move {
+            put_snapshot(&context, &objects, &bucket, &name, meta, content).await?;
+            Ok(meta)
+        }));
+    }
+
+    fn snapshot_busy(&self) -> bool {
+        self.snapshot.is_some()
+    }
+
+    fn snapshot_done(&mut self) -> Option<Result<SnapshotMeta, StoreError>> {
+        let mut task = self.snapshot.take();
+        let done = self.done(&mut task);
+        self.snapshot = task;
+        done
+    }
+
+    fn start_bucket(&mut self, entries: Vec<Entry>, note: Option<Entry>) {
+        let Some(bucket) = self.names.bucket.clone() else {
+            return;
+        };
+        let context = self.context.clone();
+        self.bucket = Some(self.runtime.spawn(async move {
+            write_entries(&context, &bucket, entries).await?;
+            if let Some(note) = note {
+                write_entries(&context, &Names::positions(&bucket), vec![note]).await?;
+            }
+            Ok(())
+        }));
+    }
+
+    fn bucket_busy(&self) -> bool {
+        self.bucket.is_some()
+    }
+
+    fn bucket_done(&mut self) -> Option<Result<(), StoreError>> {
+        let mut task = self.bucket.take();
+        let done = self.done(&mut task);
+        self.bucket = task;
+        done
+    }
+
+    fn bucket_position(&mut self, key: &str) -> Result<Option<bytes::Bytes>, StoreError> {
+        let Some(bucket) = &self.names.bucket else {
+            return Ok(None);
+        };
+        let positions = Names::positions(bucket);
+        self.run(async {
+            let store = self
+                .context
+                .get_key_value(&positions)
+                .await
+                .map_err(|e| StoreError::failed("opening the positions' bucket", e))?;
+            store
+                .get(key)
+                .await
+                .map_err(|e| StoreError::failed("reading a position", e))
+        })
+    }
+
+    fn bucket_load(&mut self, prefix: &str) -> Result<Vec<bytes::Bytes>, StoreError> {
+        let Some(bucket) = self.names.bucket.clone() else {
+            return Ok(Vec::new());
+        };
         let values = self.run(async {
             let stream = self
                 .loader
                 .get_stream(format!("KV_{bucket}"))
                 .await
-                .map_err(|e| failed("cannot open the bucket")(&e))?;
+                .map_err(|e| StoreError::failed("opening the bucket", e))?;
             let subject = format!("$KV.{bucket}.{prefix}>");
             read_all(
                 &stream,
@@ -209,91 +319,214 @@ impl Nats {
             .map(|(m, _)| m.payload)
             .collect())
     }
+}
 
-    /// Puts (`Some`) or deletes (`None`) entries of `bucket`, every write sent before any
-    /// acknowledgement is awaited; `Err` when one was not acknowledged (all are written
-    /// again later: a put or a delete is idempotent).
-    pub(crate) fn write(
-        &self,
-        bucket: &str,
-        entries: Vec<(String, Option<String>)>,
-    ) -> Result<(), String> {
-        self.run(async {
-            let mut acks = Vec::with_capacity(entries.len());
-            for (key, value) in entries {
-                let subject = format!("$KV.{bucket}.{key}");
-                let publish = match value {
-                    Some(value) => Publish::build().payload(value.into()),
-                    None => Publish::build().header("KV-Operation", "DEL"),
-                };
-                let ack = self
-                    .context
-                    .send_publish(subject, publish)
-                    .await
-                    .map_err(|e| failed("cannot write to the bucket")(&e))?;
-                acks.push(ack);
-            }
-            let acks = acks.into_iter().map(std::future::IntoFuture::into_future);
-            for ack in futures::future::join_all(acks).await {
-                ack.map_err(|e| failed("the bucket did not acknowledge a write")(&e))?;
-            }
-            Ok(())
-        })
+/// A message read back as the relay's [`Logged`].
+fn logged((message, stream_sequence): (async_nats::Message, u64)) -> Logged {
+    let mut headers = BTreeMap::new();
+    for (name, values) in message.headers.iter().flat_map(|h| h.iter()) {
+        if let Some(value) = values.first() {
+            headers.insert(name.to_string(), value.as_str().to_owned());
+        }
     }
-
-    /// The value of `key` in the positions' bucket.
-    pub(crate) fn position(&self, key: &str) -> Result<Option<bytes::Bytes>, String> {
-        let bucket = self.names.positions();
-        self.run(async {
-            let store = self
-                .context
-                .get_key_value(&bucket)
-                .await
-                .map_err(|e| failed("cannot open the positions' bucket")(&e))?;
-            store
-                .get(key)
-                .await
-                .map_err(|e| failed("cannot read a position")(&e))
-        })
-    }
-
-    /// The names in use.
-    pub(crate) fn names(&self) -> &Names {
-        &self.names
+    Logged {
+        stream_sequence,
+        headers,
+        payload: message.payload,
     }
 }
 
-/// Makes the stream and both buckets unless they exist; returns the stream.
-async fn ensure(context: &jetstream::Context, names: &Names) -> Result<stream::Stream, String> {
+/// A snapshot's meta from its object info: the headers, else the metadata.
+fn snapshot_meta(info: &serde_json::Value) -> Option<SnapshotMeta> {
+    let value = |name: &str| -> Option<String> {
+        let header = &info["headers"][name];
+        let text = header
+            .as_array()
+            .and_then(|v| v.first())
+            .or(Some(header))
+            .and_then(serde_json::Value::as_str)
+            .or_else(|| info["metadata"][name].as_str())?;
+        Some(text.to_owned())
+    };
+    Some(SnapshotMeta {
+        stream_sequence: value(STREAM_SEQUENCE)?.parse().ok()?,
+        incarnation: u64::from_str_radix(&value(crate::log::INCARNATION)?, 16).ok()?,
+        next_sequence: value(crate::log::NEXT_SEQUENCE)?.parse().ok()?,
+    })
+}
+
+/// Writes snapshot object `name` as the Object Store's clients do (chunks under a new
+/// nuid on `$O.<bucket>.C.<nuid>`, then the info on `$O.<bucket>.M.<name in base64>`, which
+/// rolls up the one before, then the old chunks purged), the chunks sent [`WINDOW`] ahead
+/// of their acknowledgements. The info's `headers` are in the clients' form
+/// (`{"Name": ["value"]}`), as nats.go and nats.py read them; the same in `metadata`.
+async fn put_snapshot(
+    context: &jetstream::Context,
+    objects: &stream::Stream,
+    bucket: &str,
+    name: &str,
+    meta: SnapshotMeta,
+    content: Vec<u8>,
+) -> Result<(), StoreError> {
+    let failed = |e: &dyn std::fmt::Display| StoreError::failed("writing a snapshot", e);
+    let meta_subject = format!("$O.{bucket}.M.{}", URL_SAFE.encode(name));
+    let old = match objects.get_last_raw_message_by_subject(&meta_subject).await {
+        Ok(message) => serde_json::from_slice::<serde_json::Value>(&message.payload)
+            .ok()
+            .and_then(|v| v["nuid"].as_str().map(str::to_owned)),
+        Err(_) => None,
+    };
+    let nuid = nuid::next().to_string();
+    let chunk_subject = format!("$O.{bucket}.C.{nuid}");
+    let content = bytes::Bytes::from(content);
+    let mut acks = std::collections::VecDeque::new();
+    let mut chunks = 0;
+    for start in (0..content.len()).step_by(CHUNK_BYTES) {
+        let chunk = content.slice(start..(start + CHUNK_BYTES).min(content.len()));
+        let ack = context
+            .publish(chunk_subject.clone(), chunk)
+            .await
+            .map_err(|e| failed(&e))?;
+        acks.push_back(ack);
+        chunks += 1;
+        if acks.len() >= WINDOW {
+            if let Some(ack) = acks.pop_front() {
+                ack.await.map_err(|e| failed(&e))?;
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.map_err(|e| failed(&e))?;
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, &content);
+    let values = serde_json::json!({
+        STREAM_SEQUENCE: meta.stream_sequence.to_string(),
+        crate::log::INCARNATION: format!("{:016x}", meta.incarnation),
+        crate::log::NEXT_SEQUENCE: meta.next_sequence.to_string(),
+    });
+    let headers: serde_json::Map<String, serde_json::Value> = values
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), serde_json::json!([v])))
+        .collect();
+    let info = serde_json::json!({
+        "name": name,
+        "description": "kv-events relay: the log's state at Kv-Events-Stream-Sequence",
+        "headers": headers,
+        "metadata": values,
+        "options": {"max_chunk_size": CHUNK_BYTES},
+        "bucket": bucket,
+        "nuid": nuid,
+        "size": content.len(),
+        "chunks": chunks,
+        "digest": format!("SHA-256={}", URL_SAFE.encode(digest.as_ref())),
+    });
+    let mut rollup = HeaderMap::new();
+    rollup.insert("Nats-Rollup", "sub");
+    context
+        .publish_with_headers(meta_subject, rollup, info.to_string().into())
+        .await
+        .map_err(|e| failed(&e))?
+        .await
+        .map_err(|e| failed(&e))?;
+    if let Some(old) = old.filter(|old| *old != nuid) {
+        objects
+            .purge()
+            .filter(format!("$O.{bucket}.C.{old}"))
+            .await
+            .map_err(|e| failed(&e))?;
+    }
+    Ok(())
+}
+
+/// Puts (`Some`) or deletes (`None`) entries of `bucket`, [`WINDOW`] sent ahead of their
+/// acknowledgements.
+async fn write_entries(
+    context: &jetstream::Context,
+    bucket: &str,
+    entries: Vec<Entry>,
+) -> Result<(), StoreError> {
+    let failed = |e: &dyn std::fmt::Display| StoreError::failed("writing to the bucket", e);
+    let mut acks = std::collections::VecDeque::new();
+    for (key, value) in entries {
+        let subject = format!("$KV.{bucket}.{key}");
+        let publish = match value {
+            Some(value) => Publish::build().payload(value.into()),
+            None => Publish::build().header("KV-Operation", "DEL"),
+        };
+        let ack = context
+            .send_publish(subject, publish)
+            .await
+            .map_err(|e| failed(&e))?;
+        acks.push_back(ack);
+        if acks.len() >= WINDOW {
+            if let Some(ack) = acks.pop_front() {
+                ack.await.map_err(|e| failed(&e))?;
+            }
+        }
+    }
+    for ack in acks {
+        ack.await.map_err(|e| failed(&e))?;
+    }
+    Ok(())
+}
+
+/// Makes the stream, the snapshots' bucket and (if asked for) the key-value buckets unless
+/// they exist; returns the stream and the snapshots' stream.
+async fn ensure(
+    context: &jetstream::Context,
+    names: &Names,
+) -> Result<(stream::Stream, stream::Stream), StoreError> {
+    let open = |what: &'static str| move |e: &dyn std::fmt::Display| StoreError::failed(what, e);
     let stream = context
         .get_or_create_stream(stream::Config {
             name: names.stream.clone(),
             subjects: vec!["kv-events.>".into()],
             duplicate_window: DUPLICATE_WINDOW,
+            num_replicas: names.replicas,
             ..Default::default()
         })
         .await
-        .map_err(|e| failed(&format!("cannot open or make the stream {}", names.stream))(&e))?;
-    for bucket in [names.bucket.clone(), names.positions()] {
-        // The bucket's stream as `create_key_value` makes it (history 1), made directly:
-        // that call first asks for the account's limits in a form a 2.9 server does not
-        // answer.
-        context
-            .get_or_create_stream(stream::Config {
-                name: format!("KV_{bucket}"),
-                subjects: vec![format!("$KV.{bucket}.>")],
-                max_messages_per_subject: 1,
-                allow_rollup: true,
-                deny_delete: true,
-                allow_direct: true,
-                discard: stream::DiscardPolicy::New,
-                duplicate_window: DUPLICATE_WINDOW,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| failed(&format!("cannot open or make the bucket {bucket}"))(&e))?;
+        .map_err(|e| open("opening or making the stream")(&e))?;
+    // The Object Store's stream as `create_object_store` makes it, made directly so that
+    // an existing one is opened as it is.
+    let bucket = &names.snapshots;
+    let objects = context
+        .get_or_create_stream(stream::Config {
+            name: format!("OBJ_{bucket}"),
+            subjects: vec![format!("$O.{bucket}.C.>"), format!("$O.{bucket}.M.>")],
+            discard: stream::DiscardPolicy::New,
+            allow_rollup: true,
+            allow_direct: true,
+            num_replicas: names.replicas,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| open("opening or making the snapshots' bucket")(&e))?;
+    if let Some(bucket) = &names.bucket {
+        for bucket in [bucket.clone(), Names::positions(bucket)] {
+            // The bucket's stream as `create_key_value` makes it (history 1), made
+            // directly: that call first asks for the account's limits in a form a 2.9
+            // server does not answer.
+            context
+                .get_or_create_stream(stream::Config {
+                    name: format!("KV_{bucket}"),
+                    subjects: vec![format!("$KV.{bucket}.>")],
+                    max_messages_per_subject: 1,
+                    allow_rollup: true,
+                    deny_delete: true,
+                    allow_direct: true,
+                    discard: stream::DiscardPolicy::New,
+                    duplicate_window: DUPLICATE_WINDOW,
+                    num_replicas: names.replicas,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| open("opening or making the bucket")(&e))?;
+        }
     }
-    Ok(stream)
+    Ok((stream, objects))
 }
 
 /// Whether a bucket message is a deletion or a purge rather than a value.
@@ -313,7 +546,8 @@ async fn read_all(
     subject: &str,
     policy: DeliverPolicy,
     wait: Duration,
-) -> Result<Vec<(async_nats::Message, u64)>, String> {
+) -> Result<Vec<(async_nats::Message, u64)>, StoreError> {
+    let failed = |e: &dyn std::fmt::Display| StoreError::failed("reading the stream", e);
     let consumer = stream
         .create_consumer(pull::Config {
             filter_subject: subject.to_owned(),
@@ -323,7 +557,7 @@ async fn read_all(
             ..Default::default()
         })
         .await
-        .map_err(|e| failed(&format!("cannot make a consumer of {subject}"))(&e))?;
+        .map_err(|e| failed(&e))?;
     let mut pending = consumer.cached_info().num_pending;
     let mut out = Vec::with_capacity(usize::try_from(pending).unwrap_or(0));
     while pending > 0 {
@@ -333,20 +567,20 @@ async fn read_all(
             .expires(wait)
             .messages()
             .await
-            .map_err(|e| failed("cannot read the stream")(&e))?;
+            .map_err(|e| failed(&e))?;
         let before = out.len();
         while let Some(message) = batch.next().await {
-            let message = message.map_err(|e| format!("cannot read the stream: {e}"))?;
-            let info = message
-                .info()
-                .map_err(|e| format!("a message without its stream sequence: {e}"))?;
+            let message = message.map_err(|e| failed(&e))?;
+            let info = message.info().map_err(|e| failed(&e))?;
             pending = info.pending;
             let sequence = info.stream_sequence;
             out.push((message.message, sequence));
         }
         if out.len() == before {
-            return Err("the stream stopped delivering".into());
+            return Err(failed(&"the stream stopped delivering"));
         }
     }
+    // The consumer is not needed any more (its inactivity would remove it later).
+    let _ = stream.delete_consumer(&consumer.cached_info().name).await;
     Ok(out)
 }

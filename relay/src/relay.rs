@@ -1,30 +1,24 @@
-//! The relay's loop: follow the master with the library's [`Follower`] (the truth), read its
-//! messages a second time for the log ([`Raw`]), and write into NATS what the log lacks:
-//! the master's own messages while they follow each other, a difference otherwise.
+//! The relay's decisions: take what the follower applied (the master's messages, read
+//! once), and write into the store what the log lacks: the master's own batches while they
+//! continue the log, a difference at a real discontinuity; a compacted snapshot now and
+//! then; the bucket, when asked for, beside it. Which relay writes (the writer) and when a
+//! standby takes over is decided here too. Generic over the master ([`Source`]) and NATS
+//! ([`Store`]), so that the tests below drive every decision in memory.
 
-use crate::batch::{self, MAX_EVENTS};
-use crate::bucket;
+use crate::batch::{self, Batches, Context, Kind, MAX_PAYLOAD};
+use crate::bucket::{self, Bucket};
 use crate::counters::Counters;
+use crate::error::StoreError;
 use crate::held::Held;
-use crate::log::{Appended, Entry, Log, Position};
-use crate::names::{diff_id, events_id, subject};
-use crate::nats::Nats;
-use crate::raw::{Raw, Run};
-use mooncake_kv_events::subscriber::{Changes, Follower, Notice};
+use crate::log::{Entry, Log, Position, Written};
+use crate::names::{diff_id, events_id, subject, token};
+use crate::source::Source;
+use crate::store::{SnapshotMeta, Store};
+use mooncake_kv_events::subscriber::{AppliedMessage, Changes, Index, Notice};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long the master's messages the follower applied may be missing from the relay's own
-/// socket (the two sockets read the same stream at their own pace) before the relay stops
-/// waiting for them and writes a difference.
-const GRACE: Duration = Duration::from_millis(500);
-/// Master messages the log may be behind the follower (about 130,000 events at 64 a message)
-/// before the relay writes a difference instead of them: a master sending faster than NATS
-/// takes its messages one by one would leave the log ever further behind, while the
-/// difference holds at most an event per object and medium that changed.
-const MAX_BEHIND: u64 = 2048;
-/// How long one turn writes the master's messages before the follower reads again: a
-/// follower kept waiting falls behind the master with the log, and the log could never
-/// be far enough behind the follower for a difference to catch it up.
+/// How long one turn writes the master's messages before the follower reads again.
 const WRITE_BUDGET: Duration = Duration::from_millis(100);
 /// After losing a write to another relay, how long the log must stay still before this one
 /// writes again: the other is the writer while it keeps writing.
@@ -36,11 +30,32 @@ const STANDBY_CHECK: Duration = Duration::from_millis(500);
 const STICKY: Duration = Duration::from_secs(3);
 /// After a NATS failure, how long before the next try.
 const RETRY: Duration = Duration::from_secs(1);
+/// The most payload bytes of applied messages held while they cannot be written (NATS
+/// down or slow); past it they are dropped, and the log gets a difference instead.
+const MAX_PENDING_BYTES: usize = 256 << 20;
+/// The fewest log events after which the events rule writes a snapshot (below, the time
+/// rule does): a small state is cheaper to read in the log than to snapshot at every turn.
+const MIN_SNAPSHOT_EVENTS: u64 = 10_000;
+/// The quiet rule: once the master's events stop this long (the end of a burst), a
+/// snapshot of what came since the last one, so that a reader that joins then reads
+/// (almost) no log after it.
+const QUIET: Duration = Duration::from_secs(1);
+
+/// How the relay runs.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    /// The master's `backend_id`: the subject and the snapshot's name.
+    pub(crate) backend: String,
+    /// The time rule: a snapshot at least this often while the log moves.
+    pub(crate) snapshot_every: Duration,
+    /// Whether the key-value bucket is written.
+    pub(crate) bucket: bool,
+}
 
 /// Whether this relay writes, or waits for the one that does to fall silent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Role {
-    /// Writes the log and the bucket.
+    /// Writes the log, the snapshots and the bucket.
     Writer,
     /// Another relay wrote last, at `since`; checked at `checked`.
     Standby {
@@ -51,29 +66,53 @@ pub(crate) enum Role {
     },
 }
 
-/// The relay: the follower, the raw streams, NATS, and what the log holds.
-pub(crate) struct Relay {
-    pub(crate) follower: Follower,
-    raws: Vec<Raw>,
-    nats: Nats,
-    pub(crate) backend: String,
+/// The snapshots: the last one written, and the rule's count.
+#[derive(Debug)]
+struct Snapshots {
+    /// The last written (or loaded at start).
+    last: Option<SnapshotMeta>,
+    /// Log events written since it.
+    events_since: u64,
+    /// When the last events were written.
+    last_events: Instant,
+    /// When the last one was started (or the relay started).
+    at: Instant,
+    /// One being written: it, the events it covers of `events_since`, when it started.
+    writing: Option<(SnapshotMeta, u64, Instant)>,
+}
+
+/// The relay.
+pub(crate) struct Relay<S: Source, T: Store> {
+    pub(crate) source: S,
+    store: T,
+    options: Options,
     held: Held,
     /// Per publisher, the objects where the log may differ from its index: a difference
     /// compares those only.
     changes: Vec<Changes>,
+    /// Messages applied by the follower and not written yet, in order.
+    pending: VecDeque<AppliedMessage>,
+    pending_bytes: usize,
+    /// Applied messages were dropped: the log can only continue by a difference.
+    dropped: bool,
+    /// The master's context, per incarnation, for the events of differences.
+    context: Option<(u64, Context)>,
     pub(crate) log: Log,
     following: Option<usize>,
     pub(crate) role: Role,
-    behind_since: Option<Instant>,
-    /// No NATS request before this (after a failure).
+    /// The last turn stopped writing with messages left: the next does not wait.
+    backlog: bool,
+    snapshots: Snapshots,
+    bucket: Option<Bucket>,
+    /// No store request before this (after a failure).
     not_before: Instant,
     pub(crate) counters: Counters,
 }
 
-impl std::fmt::Debug for Relay {
+impl<S: Source, T: Store> std::fmt::Debug for Relay<S, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Relay")
-            .field("backend", &self.backend)
+            .field("backend", &self.options.backend)
             .field("log", &self.log)
             .finish_non_exhaustive()
     }
@@ -86,70 +125,122 @@ pub(crate) fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-impl Relay {
-    /// A relay for `backend`: loads the bucket, then reads the log written since the bucket
-    /// was last brought up to date, so that it holds exactly what the log says.
-    pub(crate) fn start(
-        follower: Follower,
-        raws: Vec<Raw>,
-        nats: Nats,
-        backend: String,
-    ) -> Result<Relay, String> {
-        let mut held = Held::default();
-        let reflected = bucket::load(&nats, &backend, &mut held)?;
-        let mut log = Log::new(
-            subject(&backend),
-            reflected.stream_sequence,
-            reflected.position(),
-        );
-        log.read(&nats, &mut held)?;
+impl<S: Source, T: Store> Relay<S, T> {
+    /// A relay: loads the backend's snapshot, then reads the log written after it, so
+    /// that it holds exactly what the log says; with a bucket, marks what the bucket may
+    /// lack of it.
+    pub(crate) fn start(source: S, mut store: T, options: Options) -> Result<Self, StoreError> {
+        let backend = options.backend.clone();
+        let subject = subject(&backend);
+        let mut held = Held::new(options.bucket);
+        let (last, position, snapshot) = match store.load_snapshot(&token(backend.as_bytes()))? {
+            Some((meta, content)) => {
+                held.apply(&content, meta.stream_sequence)
+                    .map_err(|e| StoreError::Unreadable {
+                        what: format!("the snapshot of {backend}: {e}"),
+                    })?;
+                let position = Position {
+                    incarnation: meta.incarnation,
+                    next: meta.next_sequence,
+                    complete: true,
+                };
+                (meta.stream_sequence, Some(position), Some(meta))
+            }
+            None => (0, None, None),
+        };
+        let bucket = if options.bucket {
+            let at = bucket::catch_up(&mut store, &backend, &subject, &mut held, last)?;
+            Some(Bucket::new(at))
+        } else {
+            None
+        };
+        let mut log = Log::new(subject, last, position);
+        log.read(&mut store, &mut held)?;
+        if let Some(bucket) = &bucket {
+            held.clean_through(bucket.reflected);
+        }
+        let now = Instant::now();
         Ok(Relay {
-            changes: vec![Changes::everything(); follower.upstreams()],
-            follower,
-            raws,
-            nats,
-            backend,
+            changes: vec![Changes::everything(); source.upstreams()],
+            source,
+            store,
+            options,
             held,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            dropped: false,
+            context: None,
             log,
             following: None,
             role: Role::Writer,
-            behind_since: None,
-            not_before: Instant::now(),
+            backlog: false,
+            snapshots: Snapshots {
+                last: snapshot,
+                events_since: 0,
+                last_events: now,
+                at: now,
+                writing: None,
+            },
+            bucket,
+            not_before: now,
             counters: Counters::default(),
         })
     }
 
-    /// One turn: reads the master for up to `wait`, then writes what the log lacks.
-    /// Returns the follower's notices; `Err` is a NATS failure, retried at the next turn.
-    pub(crate) fn turn(&mut self, wait: Duration) -> (Vec<Notice>, Result<(), String>) {
-        let notices = self.follower.poll(wait);
+    /// One turn: reads the master for up to `wait` (not at all when the last turn left
+    /// messages to write), then writes what the log lacks. Returns the follower's notices;
+    /// `Err` is a store failure, retried a second later.
+    pub(crate) fn turn(&mut self, wait: Duration) -> (Vec<Notice>, Result<(), StoreError>) {
+        let wait = if self.backlog { Duration::ZERO } else { wait };
+        let notices = self.source.poll(wait);
+        self.take_applied();
         self.note_changes();
-        for raw in &mut self.raws {
-            raw.drain();
-        }
+        self.collect();
         if Instant::now() < self.not_before {
             return (notices, Ok(()));
         }
         let outcome = self.stand_by().and_then(|writes| {
             if writes {
                 self.write()?;
-                self.flush()?;
+                self.snapshot_if_due();
+                self.flush_bucket();
             }
             Ok(())
         });
         if outcome.is_err() {
+            self.backlog = false;
             self.not_before = Instant::now() + RETRY;
             self.counters.nats_failures += 1;
         }
         (notices, outcome)
     }
 
+    /// Takes what the follower applied; past [`MAX_PENDING_BYTES`] held, drops it all.
+    fn take_applied(&mut self) {
+        for message in self.source.take_applied() {
+            self.pending_bytes += message.payload.len();
+            self.pending.push_back(message);
+        }
+        if self.pending_bytes > MAX_PENDING_BYTES {
+            self.pending.clear();
+            self.pending_bytes = 0;
+            self.dropped = true;
+            self.counters.dropped += 1;
+        }
+    }
+
+    fn pop_pending(&mut self) -> Option<AppliedMessage> {
+        let message = self.pending.pop_front()?;
+        self.pending_bytes -= message.payload.len();
+        Some(message)
+    }
+
     /// Adds what the follower changed in each publisher's index to what may differ from the
     /// log. Past as many objects as both hold, comparing everything costs less.
     fn note_changes(&mut self) {
         for (i, changes) in self.changes.iter_mut().enumerate() {
-            changes.merge(self.follower.take_changes(i));
-            let walk = self.held.index().objects() + self.follower.index(i).objects();
+            changes.merge(self.source.take_changes(i));
+            let walk = self.held.index().objects() + self.source.index(i).objects();
             if changes.objects_len() > walk {
                 *changes = Changes::everything();
             }
@@ -161,8 +252,29 @@ impl Relay {
         self.changes.fill(Changes::everything());
     }
 
+    /// Collects what the snapshot and the bucket writes beside the loop came to.
+    fn collect(&mut self) {
+        if let Some(outcome) = self.store.snapshot_done() {
+            if let Some((meta, events, started)) = self.snapshots.writing.take() {
+                match outcome {
+                    Ok(_) => {
+                        self.snapshots.last = Some(meta);
+                        self.snapshots.events_since =
+                            self.snapshots.events_since.saturating_sub(events);
+                        self.counters.snapshots += 1;
+                        self.counters.snapshot_ms = started.elapsed().as_millis() as u64;
+                    }
+                    Err(_) => self.counters.snapshot_failures += 1,
+                }
+            }
+        }
+        if let Some(bucket) = &mut self.bucket {
+            bucket.collect(&mut self.store, &mut self.held);
+        }
+    }
+
     /// As a standby, follows what the writer writes; returns whether this relay writes now.
-    fn stand_by(&mut self) -> Result<bool, String> {
+    fn stand_by(&mut self) -> Result<bool, StoreError> {
         let Role::Standby { since, checked } = self.role else {
             return Ok(true);
         };
@@ -171,12 +283,15 @@ impl Relay {
             return Ok(false);
         }
         let mut since = since;
-        if self.nats.last_on(&self.log.subject)? != self.log.last {
-            self.log.read(&self.nats, &mut self.held)?;
+        if self.store.last_on(&self.log.subject)? != self.log.last {
+            self.log.read(&mut self.store, &mut self.held)?;
             self.forget_changes();
-            // What the writer noted as in the bucket need not be written by this one.
-            let reflected = bucket::reflected(&self.nats, &self.backend)?;
-            self.held.clean_through(reflected.stream_sequence);
+            if let Some(bucket) = &mut self.bucket {
+                // What the writer noted as in the bucket need not be written by this one.
+                let reflected = bucket::reflected(&mut self.store, &self.options.backend)?;
+                bucket.reflected = reflected.stream_sequence;
+                self.held.clean_through(reflected.stream_sequence);
+            }
             since = now;
         }
         if now - since >= TAKEOVER {
@@ -195,23 +310,25 @@ impl Relay {
     /// from lately, else the follower's freshest.
     fn upstream(&mut self) -> Option<usize> {
         let fresh = |i: usize| {
-            let status = self.follower.status(i);
+            let status = self.source.status(i);
             status.in_sync && status.last_heard.is_some_and(|t| t.elapsed() < STICKY)
         };
         if let Some(i) = self.following.filter(|&i| fresh(i)) {
             return Some(i);
         }
-        self.following = self.follower.freshest().or(self.following);
-        self.following.filter(|&i| self.follower.status(i).in_sync)
+        self.following = self.source.freshest().or(self.following);
+        self.following.filter(|&i| self.source.status(i).in_sync)
     }
 
-    /// Writes what the log lacks of the followed publisher's state.
-    fn write(&mut self) -> Result<(), String> {
+    /// Writes what the log lacks of the followed publisher's state: its messages while they
+    /// continue the log, else (a real discontinuity) the difference.
+    fn write(&mut self) -> Result<(), StoreError> {
+        self.backlog = false;
         let Some(i) = self.upstream() else {
             return Ok(());
         };
-        let status = self.follower.status(i);
-        let (Some(incarnation), Some(sequence)) = (status.incarnation, status.sequence) else {
+        let status = self.source.status(i);
+        let (Some(incarnation), Some(next)) = (status.incarnation, status.next_sequence) else {
             return Ok(());
         };
         // The log moves towards publisher `i`'s index, and away from the others'.
@@ -220,127 +337,162 @@ impl Relay {
                 *changes = Changes::everything();
             }
         }
-        match self.log.position {
-            Some(p) if p.complete && p.incarnation == incarnation => {
-                self.raws[i].drop_through(p.sequence);
-                if p.sequence >= sequence {
-                    self.behind_since = None;
-                    return Ok(());
-                }
-                self.forward(i, incarnation, p.sequence + 1, sequence)
-            }
-            _ => self.difference(i, incarnation, sequence),
-        }
-    }
-
-    /// Writes the master's messages `from..=through` as they came, as long as the relay's
-    /// own socket has them in order, for up to [`WRITE_BUDGET`]; a difference when it has
-    /// not had them for [`GRACE`], or when they are more than [`MAX_BEHIND`].
-    fn forward(
-        &mut self,
-        i: usize,
-        incarnation: u64,
-        from: u64,
-        through: u64,
-    ) -> Result<(), String> {
-        if through - from >= MAX_BEHIND {
-            self.behind_since = None;
-            return self.difference(i, incarnation, through);
-        }
-        let mut from = from;
         let started = Instant::now();
-        while from <= through && started.elapsed() < WRITE_BUDGET {
-            let Some(run) = self.raws[i].take(from, through, MAX_EVENTS) else {
-                let since = *self.behind_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < GRACE {
+        while let Some(p) = self.log.position.filter(|p| p.complete && !self.dropped) {
+            // What the log holds already, and what another publisher applied, is not
+            // written.
+            while self.pending.front().is_some_and(|m| {
+                m.upstream != i || (m.incarnation == p.incarnation && m.sequence < p.next)
+            }) {
+                self.pop_pending();
+            }
+            match self.pending.front() {
+                Some(m) if m.incarnation == p.incarnation && m.sequence == p.next => {
+                    if started.elapsed() >= WRITE_BUDGET {
+                        self.backlog = true;
+                        return Ok(());
+                    }
+                    if !self.forward(i, p)? {
+                        return Ok(());
+                    }
+                }
+                // The log is the index (or ahead of it: another writer's follower is).
+                None if p.incarnation == incarnation && p.next >= next => {
+                    if p.next == next {
+                        self.changes[i] = Changes::default();
+                    }
                     return Ok(());
                 }
-                self.behind_since = None;
-                return self.difference(i, incarnation, through);
-            };
-            self.behind_since = None;
-            let next = run.last + 1;
-            if !self.append_run(i, incarnation, run)? {
-                return Ok(());
+                _ => break,
             }
-            from = next;
         }
-        Ok(())
+        self.difference(i, incarnation, next)
     }
 
-    /// Appends one run of the master's messages; `false` when the log was read instead.
-    fn append_run(&mut self, i: usize, incarnation: u64, run: Run) -> Result<bool, String> {
+    /// Writes the messages at the head of the pending ones that continue the log at `p`,
+    /// as many as fit one log message, verbatim; `false` when the log was read instead.
+    fn forward(&mut self, i: usize, p: Position) -> Result<bool, StoreError> {
+        let mut payload = Vec::new();
+        let mut taken = Vec::new();
+        let mut expected = p.next;
+        while let Some(m) = self.pending.front() {
+            let continues =
+                m.upstream == i && m.incarnation == p.incarnation && m.sequence == expected;
+            if !continues || (!payload.is_empty() && payload.len() + m.payload.len() > MAX_PAYLOAD)
+            {
+                break;
+            }
+            let Some(m) = self.pop_pending() else { break };
+            payload.extend_from_slice(&m.payload);
+            expected += 1;
+            taken.push(m);
+        }
+        let (Some(first), Some(last)) = (taken.first(), taken.last()) else {
+            return Ok(true);
+        };
+        if payload.len() > MAX_PAYLOAD {
+            // One master message larger than a log message may be: the log continues by a
+            // difference.
+            self.dropped = true;
+            return Ok(true);
+        }
+        if self
+            .context
+            .as_ref()
+            .is_none_or(|(inc, _)| *inc != p.incarnation)
+        {
+            if let Some(context) = taken.iter().find_map(|m| Context::of(&m.payload)) {
+                self.context = Some((p.incarnation, context));
+            }
+        }
+        let (first, last) = (first.sequence, last.sequence);
+        let timestamp_ms = batch::timestamp(&taken[taken.len() - 1].payload);
         let entry = Entry {
-            id: events_id(&self.backend, incarnation, run.first, run.last),
+            id: events_id(&self.options.backend, p.incarnation, first, last),
             position: Position {
-                incarnation,
-                sequence: run.last,
+                incarnation: p.incarnation,
+                next: last + 1,
                 complete: true,
             },
             kind: "events",
             part: None,
-            timestamp_ms: run.timestamp_ms,
-            dp_rank: run.dp_rank,
-            events: run.events.clone(),
+            payload,
         };
-        let (events, timestamp_ms) = (entry.events.len() as u64, run.timestamp_ms);
-        match self.log.append(&self.nats, &mut self.held, entry) {
-            Ok(Appended::Written) => {
-                self.counters
-                    .written(events, now_ms().saturating_sub(timestamp_ms));
+        match self.log.append(&mut self.store, &mut self.held, entry) {
+            Ok(Written::Yes(events)) => {
+                let lag = timestamp_ms.map_or(0, |t| now_ms().saturating_sub(t));
+                self.counters.written(events, taken.len() as u64, lag);
+                if events > 0 {
+                    self.snapshots.events_since += events;
+                    self.snapshots.last_events = Instant::now();
+                }
                 Ok(true)
             }
-            Ok(Appended::ReadInstead(raced)) => {
+            Ok(Written::ReadInstead(raced)) => {
                 self.lost(raced);
                 Ok(false)
             }
-            Err(why) => {
-                self.raws[i].put_back(run);
-                Err(why)
+            Err(e) => {
+                for m in taken.into_iter().rev() {
+                    self.pending_bytes += m.payload.len();
+                    self.pending.push_front(m);
+                }
+                Err(e)
             }
         }
     }
 
-    /// Writes the difference between what the log holds and publisher `i`'s state at
-    /// `sequence`, in parts of at most [`MAX_EVENTS`] events (one empty part when there is
-    /// none: the log still notes the new position).
-    fn difference(&mut self, i: usize, incarnation: u64, sequence: u64) -> Result<(), String> {
-        let truth = self.follower.index(i);
-        let events = batch::difference(
+    /// Writes the difference between what the log holds and publisher `i`'s state before
+    /// `next`, in parts of at most [`MAX_PAYLOAD`] bytes of batches, every `removed` before
+    /// every `stored` (one empty batch when there is none: the log still notes the new
+    /// position). Only with the truth at hand: publisher `i` in sync.
+    fn difference(&mut self, i: usize, incarnation: u64, next: u64) -> Result<(), StoreError> {
+        let now = now_ms();
+        let context = match &self.context {
+            Some((inc, context)) if *inc == incarnation => context.clone(),
+            _ => Context::default(),
+        };
+        let backend = self.options.backend.clone();
+        let mut removed = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
+        let mut stored = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
+        difference(
             self.held.index(),
-            truth,
+            self.source.index(i),
             &self.changes[i],
-            &self.backend,
-            now_ms(),
+            |kind, tenant, key, medium| {
+                let batches = if kind == Kind::Removed {
+                    &mut removed
+                } else {
+                    &mut stored
+                };
+                batches.push(|out| {
+                    batch::full_event(out, &context, &backend, kind, tenant, key, medium, now);
+                });
+            },
         );
-        let total = events.len() as u64;
-        let base = self.log.last;
-        // Moved into the parts, not copied: a difference can hold millions of events.
-        let mut events = events.into_iter().peekable();
-        let mut parts: Vec<Vec<rmpv::Value>> = Vec::new();
-        while events.peek().is_some() {
-            parts.push(events.by_ref().take(MAX_EVENTS).collect());
-        }
+        let total = removed.events() + stored.events();
+        let mut parts = removed.finish();
+        parts.extend(stored.finish());
+        let mut parts = batch::coalesce(parts, MAX_PAYLOAD);
         if parts.is_empty() {
-            parts.push(Vec::new());
+            parts.push(batch::empty(now, context.dp_rank));
         }
+        let base = self.log.last;
         let count = parts.len();
-        for (k, events) in parts.into_iter().enumerate() {
+        for (k, payload) in parts.into_iter().enumerate() {
             let entry = Entry {
-                id: diff_id(&self.backend, incarnation, sequence, base, k),
+                id: diff_id(&backend, incarnation, next, base, k),
                 position: Position {
                     incarnation,
-                    sequence,
+                    next,
                     complete: k + 1 == count,
                 },
                 kind: "diff",
                 part: Some((k + 1, count)),
-                timestamp_ms: now_ms(),
-                dp_rank: 0,
-                events,
+                payload,
             };
-            if let Appended::ReadInstead(raced) =
-                self.log.append(&self.nats, &mut self.held, entry)?
+            if let Written::ReadInstead(raced) =
+                self.log.append(&mut self.store, &mut self.held, entry)?
             {
                 self.lost(raced);
                 return Ok(());
@@ -349,12 +501,16 @@ impl Relay {
         self.changes[i] = Changes::default();
         self.counters.diffs += 1;
         self.counters.diff_events += total;
-        self.raws[i].drop_through(sequence);
+        self.snapshots.events_since += total;
+        self.snapshots.last_events = Instant::now();
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.dropped = false;
         Ok(())
     }
 
     /// Another relay wrote the log meanwhile (or this one had, before a lost acknowledgement):
-    /// it is read; with another writer, this relay stands by.
+    /// it was read; with another writer, this relay stands by.
     fn lost(&mut self, raced: bool) {
         self.forget_changes();
         if raced {
@@ -367,43 +523,98 @@ impl Relay {
         }
     }
 
-    /// Brings the bucket up to what the log holds.
-    fn flush(&mut self) -> Result<(), String> {
-        if self.held.dirty_len() == 0 {
-            return Ok(());
+    /// Starts a snapshot of what the log holds when the rule says so: at least as many log
+    /// events since the last as objects held (and [`MIN_SNAPSHOT_EVENTS`]); or events since
+    /// it and none for [`QUIET`]; or [`Options::snapshot_every`] since it while the log
+    /// moved. Only where the log is complete, one at a time.
+    fn snapshot_if_due(&mut self) {
+        if self.snapshots.writing.is_some() || self.store.snapshot_busy() {
+            return;
         }
-        let written = bucket::flush(
-            &self.nats,
-            &self.backend,
-            &mut self.held,
-            self.log.last,
-            self.log.position,
-        )?;
-        self.counters.entries += written as u64;
-        Ok(())
+        let Some(p) = self.log.position.filter(|p| p.complete) else {
+            return;
+        };
+        if self
+            .snapshots
+            .last
+            .is_some_and(|s| s.stream_sequence == self.log.last)
+        {
+            return;
+        }
+        let objects = self.held.index().objects() as u64;
+        let events = self.snapshots.events_since;
+        let by_events = events >= objects.max(MIN_SNAPSHOT_EVENTS);
+        let by_quiet = events > 0 && self.snapshots.last_events.elapsed() >= QUIET;
+        let by_time = self.snapshots.at.elapsed() >= self.options.snapshot_every;
+        if !by_events && !by_quiet && !by_time {
+            return;
+        }
+        let meta = SnapshotMeta {
+            stream_sequence: self.log.last,
+            incarnation: p.incarnation,
+            next_sequence: p.next,
+        };
+        let (content, snapshot_events) =
+            batch::snapshot(self.held.index(), &self.options.backend, now_ms());
+        self.counters.snapshot_objects = objects;
+        self.counters.snapshot_events = snapshot_events;
+        self.counters.snapshot_bytes = content.len() as u64;
+        let name = token(self.options.backend.as_bytes());
+        self.store.start_snapshot(&name, meta, content);
+        self.snapshots.writing = Some((meta, events, Instant::now()));
+        self.snapshots.at = Instant::now();
     }
 
-    /// Whether the log and the bucket hold the followed publisher's state as of the last
-    /// message it applied.
+    /// Starts the next bucket writes, if there is a bucket.
+    fn flush_bucket(&mut self) {
+        if let Some(bucket) = &mut self.bucket {
+            bucket.flush(
+                &mut self.store,
+                &self.options.backend,
+                &mut self.held,
+                self.log.last,
+                self.log.position,
+            );
+        }
+    }
+
+    /// Whether the log (and the bucket, for its writer) hold the followed publisher's state
+    /// as of the last message it applied.
     pub(crate) fn up_to_date(&self) -> bool {
         let Some(i) = self.following else {
             return false;
         };
-        let status = self.follower.status(i);
-        let bucket_done = self.role != Role::Writer || self.held.dirty_len() == 0;
+        let status = self.source.status(i);
+        let bucket_done = self.role != Role::Writer
+            || self
+                .bucket
+                .as_ref()
+                .is_none_or(|b| self.held.dirty_len() == 0 && !b.busy(&self.store));
         status.in_sync
             && bucket_done
+            && self.pending.is_empty()
+            && status.incarnation.is_some()
             && self.log.position
                 == Some(Position {
                     incarnation: status.incarnation.unwrap_or_default(),
-                    sequence: status.sequence.unwrap_or_default(),
+                    next: status.next_sequence.unwrap_or_default(),
                     complete: true,
                 })
     }
 
-    /// Bucket entries still to write.
-    pub(crate) fn pending(&self) -> usize {
-        self.held.dirty_len()
+    /// Whether a snapshot is being written.
+    pub(crate) fn snapshot_writing(&self) -> bool {
+        self.snapshots.writing.is_some()
+    }
+
+    /// Bucket entries still to write (dirty), or `None` without a bucket.
+    pub(crate) fn bucket_pending(&self) -> Option<usize> {
+        self.bucket.as_ref().map(|_| self.held.dirty_len())
+    }
+
+    /// Bucket entries written, or `None` without a bucket.
+    pub(crate) fn bucket_written(&self) -> Option<u64> {
+        self.bucket.as_ref().map(|b| b.written)
     }
 
     /// The publisher followed, if any.
@@ -411,8 +622,61 @@ impl Relay {
         self.following
     }
 
-    /// Master messages held for the log, all publishers together.
-    pub(crate) fn held_messages(&self) -> usize {
-        self.raws.iter().map(Raw::len).sum()
+    /// Master messages applied and not written yet.
+    pub(crate) fn pending_messages(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The objects the log holds.
+    pub(crate) fn objects(&self) -> usize {
+        self.held.index().objects()
     }
 }
+
+/// Calls `event` for each change that turns `held` into `truth`, given that they can
+/// differ only where `changes` says (everywhere when it says `all`): a `removed` for a
+/// medium `held` has and `truth` has not, a `stored` for the reverse. Its cost is that of
+/// the objects compared, not of the index.
+pub(crate) fn difference(
+    held: &Index,
+    truth: &Index,
+    changes: &Changes,
+    mut event: impl FnMut(Kind, &[u8], &[u8], mooncake_kv_events::Medium),
+) {
+    let mut compare = |tenant: &[u8], key: &[u8]| {
+        let (before, after) = (held.get(tenant, key), truth.get(tenant, key));
+        for medium in before.minus(after).iter() {
+            event(Kind::Removed, tenant, key, medium);
+        }
+        for medium in after.minus(before).iter() {
+            event(Kind::Stored, tenant, key, medium);
+        }
+    };
+    // Tenants compared whole: each object of either side, once.
+    let whole: BTreeSet<&[u8]> = if changes.all {
+        held.tenants().chain(truth.tenants()).collect()
+    } else {
+        changes.cleared.iter().map(Vec::as_slice).collect()
+    };
+    for &tenant in &whole {
+        for key in held.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
+            compare(tenant, key);
+        }
+        for key in truth.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
+            if held.get(tenant, key).is_empty() {
+                compare(tenant, key);
+            }
+        }
+    }
+    for (tenant, keys) in &changes.objects {
+        if !whole.contains(tenant.as_slice()) {
+            for key in keys {
+                compare(tenant, key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "relay_tests.rs"]
+mod tests;

@@ -1,23 +1,28 @@
 //! The relay's status line on stderr.
 
 use crate::relay::{Relay, Role};
+use crate::source::Source;
+use crate::store::Store;
 use std::time::Duration;
 
 /// The status line: where the relay follows, where the log stands, and the counters.
-pub(crate) fn line(relay: &Relay, names: &[String], elapsed: Duration) -> String {
-    let follower = &relay.follower;
+pub(crate) fn line<S: Source, T: Store>(
+    relay: &Relay<S, T>,
+    names: &[String],
+    elapsed: Duration,
+) -> String {
     let source = match relay.following() {
         Some(i) => {
-            let status = follower.status(i);
+            let status = relay.source.status(i);
             let state = if status.in_sync {
                 "in sync"
             } else {
                 "recovering"
             };
             format!(
-                "{}: {state} at {}, incarnation {:016x}",
+                "{}: {state} before {}, incarnation {:016x}",
                 names[i],
-                status.sequence.unwrap_or_default(),
+                status.next_sequence.unwrap_or_default(),
                 status.incarnation.unwrap_or_default()
             )
         }
@@ -25,18 +30,18 @@ pub(crate) fn line(relay: &Relay, names: &[String], elapsed: Duration) -> String
     };
     let log = match relay.log.position {
         Some(p) => format!(
-            "log at {}{} (stream sequence {})",
-            p.sequence,
+            "log before {}{} (stream sequence {})",
+            p.next,
             if p.complete { "" } else { " (partial)" },
             relay.log.last
         ),
         None => "log empty".to_owned(),
     };
     let behind = relay.following().map_or(0, |i| {
-        let status = follower.status(i);
-        match (status.sequence, relay.log.position) {
-            (Some(s), Some(p)) if status.incarnation == Some(p.incarnation) => {
-                s.saturating_sub(p.sequence)
+        let status = relay.source.status(i);
+        match (status.next_sequence, relay.log.position) {
+            (Some(next), Some(p)) if status.incarnation == Some(p.incarnation) => {
+                next.saturating_sub(p.next)
             }
             _ => 0,
         }
@@ -46,21 +51,36 @@ pub(crate) fn line(relay: &Relay, names: &[String], elapsed: Duration) -> String
         Role::Writer => "writer",
         Role::Standby { .. } => "standby",
     };
+    let bucket = match (relay.bucket_written(), relay.bucket_pending()) {
+        (Some(written), Some(pending)) => {
+            format!(", bucket entries written {written}, acks pending {pending}")
+        }
+        _ => String::new(),
+    };
     format!(
         "kv-events-relay: {:.1}s: {source}; {log}; {role}\n  events in {}, events written {} \
-         in {} messages, diffs after resyncs {} ({} events), bucket entries written {}, \
-         acks pending {}, lag {behind} messages / {} ms, held {}, races lost {}, takeovers \
-         {}, NATS failures {}\n",
+         in {} messages ({} of the master's), diffs after resyncs {} ({} events), \
+         snapshots {} (last {} objects, {} bytes, {} ms{}), lag {behind} messages / {} ms, \
+         held {}, objects {}, races lost {}, takeovers {}, NATS failures {}{bucket}\n",
         elapsed.as_secs_f64(),
-        follower.counters().events,
+        relay.source.events_in(),
         c.events_written,
         c.messages_written,
+        c.master_messages,
         c.diffs,
         c.diff_events,
-        c.entries,
-        relay.pending(),
+        c.snapshots,
+        c.snapshot_objects,
+        c.snapshot_bytes,
+        c.snapshot_ms,
+        if relay.snapshot_writing() {
+            ", writing"
+        } else {
+            ""
+        },
         c.lag_ms,
-        relay.held_messages(),
+        relay.pending_messages(),
+        relay.objects(),
         c.races_lost,
         c.takeovers,
         c.nats_failures,

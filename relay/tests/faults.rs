@@ -1,13 +1,14 @@
 //! `kv-events-relay` against a real `nats-server -js` and the real `kv-events demo`
 //! publisher, through the faults of issue 33: the master restarted on the same endpoints, the
-//! relay killed mid-stream and started again, nats-server restarted, two relays at once. Each
+//! relay killed mid-stream and started again, nats-server restarted, two relays at once; and
+//! a cluster of three NATS nodes that loses the one the relay is connected to. Each
 //! time the bucket and the stream's events folded from the first message equal the demo's
 //! `--dump-index` truth, and no master message, message id or write on top of a stale log
 //! is in the stream twice. Each test has its own server, ports and files.
 
 mod common;
 
-use common::{assert_exact, truth, Master, Nats, TempDir};
+use common::{assert_exact, assert_exact_at, truth, Cluster, Master, Nats, TempDir};
 use std::time::Duration;
 
 #[test]
@@ -87,4 +88,22 @@ fn two_relays_at_once_write_one_log() {
     assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
     assert_exact(&nats, &truth(&expected), &[&one, &two]);
     drop(second);
+}
+
+#[test]
+fn on_a_cluster_of_three_the_loss_of_the_relays_node_loses_nothing() {
+    let dir = TempDir::new("relay-cluster");
+    let mut cluster = Cluster::start(&dir.0);
+    let master = Master::new();
+    let expected = dir.path("truth.json");
+    let demo = master.demo(8000, 2000, 4.0, &expected);
+    let log = dir.path("relay.log");
+    let relay = master.relay_at(&cluster.url(0), &log, &["--replicas", "3"]);
+    std::thread::sleep(Duration::from_millis(3000));
+    // The relay's node goes: its client moves to another, the stream and the snapshots have
+    // their replicas there.
+    cluster.kill(0);
+    assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
+    assert_exact_at(&cluster.url(2), &truth(&expected), &[&log]);
+    drop(relay);
 }

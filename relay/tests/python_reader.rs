@@ -1,7 +1,7 @@
 //! The reader example of `examples/relay/reader.py` (nats-py, run by Debian's
 //! `/usr/bin/python3`): joining after the relay wrote a demo's objects, it bootstraps from
-//! the bucket alone, then follows it across a restart of the demo, and ends with the
-//! demo's `--dump-index` truth.
+//! the relay's snapshot and the log after it (the relay writes no bucket here), then follows
+//! the log across a restart of the demo, and ends with the demo's `--dump-index` truth.
 
 mod common;
 
@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 const PYTHON: &str = "/usr/bin/python3";
 
 #[test]
-fn the_python_reader_bootstraps_from_the_bucket_and_follows_it() {
+fn the_python_reader_bootstraps_from_the_snapshot_and_follows_the_log() {
     let check = Command::new(PYTHON).args(["-c", "import nats"]).output();
     assert!(
         check.is_ok_and(|o| o.status.success()),
@@ -23,7 +23,7 @@ fn the_python_reader_bootstraps_from_the_bucket_and_follows_it() {
     let nats = Nats::start(&dir.0);
     let master = Master::new();
     let log = dir.path("relay.log");
-    let _relay = master.relay(&nats, &log);
+    let _relay = master.relay_with(&nats, &log, &[]);
     let first = dir.path("first.json");
     assert_eq!(
         master
@@ -56,7 +56,7 @@ fn the_python_reader_bootstraps_from_the_bucket_and_follows_it() {
         .spawn()
         .expect("the reader runs");
     // The reader says how many objects it bootstrapped before the second life starts: all of
-    // the first life's, from the bucket alone.
+    // the first life's, from the snapshot and the log after it.
     let mut stderr = BufReader::new(reader.stderr.take().expect("piped"));
     let mut said = String::new();
     while !said.contains("bootstrapped") {

@@ -5,6 +5,7 @@
 use async_nats::jetstream::consumer::{pull, DeliverPolicy};
 use futures::StreamExt;
 use mooncake_kv_events::subscriber::Index;
+use mooncake_kv_events::wire::{Checked, Event, Message};
 use mooncake_kv_events::Medium;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
@@ -117,6 +118,91 @@ impl Nats {
     }
 }
 
+/// Three `nats-server -js` clustered on loopback (JetStream replicas up to 3), their stores
+/// in `dir`.
+pub struct Cluster {
+    pub ports: [u16; 3],
+    nodes: Vec<Option<Process>>,
+}
+
+impl Cluster {
+    pub fn start(dir: &Path) -> Cluster {
+        let ports = [free_port(), free_port(), free_port()];
+        let routes_ports = [free_port(), free_port(), free_port()];
+        let routes: Vec<String> = routes_ports
+            .iter()
+            .map(|p| format!("nats://127.0.0.1:{p}"))
+            .collect();
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let child = Command::new("nats-server")
+                .args(["-js", "-a", "127.0.0.1", "-p", &ports[i].to_string()])
+                .arg("-sd")
+                .arg(dir.join(format!("node-{i}")))
+                .args([
+                    "--server_name",
+                    &format!("node-{i}"),
+                    "--cluster_name",
+                    "kv",
+                ])
+                .args(["--cluster", &routes[i], "--routes", &routes.join(",")])
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(dir.join(format!("node-{i}.log"))).expect("a log"))
+                .spawn()
+                .expect("nats-server runs: run scripts/install-deps.sh");
+            nodes.push(Some(Process(child)));
+        }
+        let cluster = Cluster { ports, nodes };
+        // JetStream is up once a stream of 3 replicas can be made: the nodes found each
+        // other and elected a meta leader.
+        let said = || {
+            (0..3)
+                .map(|i| std::fs::read_to_string(dir.join(format!("node-{i}.log"))))
+                .map(Result::unwrap_or_default)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(
+            wait_for(Duration::from_secs(60), || cluster.ready()),
+            "the cluster did not form:\n{}",
+            said()
+        );
+        cluster
+    }
+
+    fn ready(&self) -> bool {
+        let url = self.url(0);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let Ok(client) = async_nats::connect(&url).await else {
+                return false;
+            };
+            let context = async_nats::jetstream::new(client);
+            let made = context
+                .get_or_create_stream(async_nats::jetstream::stream::Config {
+                    name: "READY".into(),
+                    subjects: vec!["ready".into()],
+                    num_replicas: 3,
+                    ..Default::default()
+                })
+                .await;
+            made.is_ok() && context.delete_stream("READY").await.is_ok()
+        })
+    }
+
+    pub fn url(&self, node: usize) -> String {
+        format!("nats://127.0.0.1:{}", self.ports[node])
+    }
+
+    /// SIGKILL of one node: a machine lost.
+    pub fn kill(&mut self, node: usize) {
+        self.nodes[node].take();
+    }
+}
+
 /// A binary of the workspace: beside the relay's, built by `cargo test --workspace`; built
 /// here when the relay's tests run alone.
 pub fn binary(name: &str) -> PathBuf {
@@ -174,12 +260,26 @@ impl Master {
         Process(child)
     }
 
-    /// The relay of this master into `nats`, its stderr in `log`.
+    /// The relay of this master into `nats`, its stderr in `log`, with the bucket
+    /// `kv-events` and a snapshot every second.
     pub fn relay(&self, nats: &Nats, log: &Path) -> Process {
+        self.relay_with(nats, log, &["--bucket", "kv-events"])
+    }
+
+    /// The relay of this master into `nats` with `extra` options and a snapshot every
+    /// second, its stderr in `log`.
+    pub fn relay_with(&self, nats: &Nats, log: &Path, extra: &[&str]) -> Process {
+        self.relay_at(&nats.url(), log, extra)
+    }
+
+    /// The relay of this master into the NATS server at `url` with `extra` options and a
+    /// snapshot every second, its stderr in `log`.
+    pub fn relay_at(&self, url: &str, log: &Path, extra: &[&str]) -> Process {
         let stderr = std::fs::File::create(log).expect("a log file");
         let child = Command::new(env!("CARGO_BIN_EXE_kv-events-relay"))
             .args([&self.endpoint, "--replay-endpoint", &self.replay])
-            .args(["--nats", &nats.url(), "--every", "1"])
+            .args(["--nats", url, "--every", "1", "--snapshot-every", "1"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(stderr)
             .spawn()
@@ -257,10 +357,13 @@ pub fn objects_of(index: &Index) -> BTreeSet<Object> {
 
 /// What a reader of NATS sees of the relay's work.
 pub struct Written {
-    /// The bucket's objects.
-    pub bucket: BTreeSet<Object>,
+    /// The bucket's objects, when there is a bucket.
+    pub bucket: Option<BTreeSet<Object>>,
     /// Every event of the stream's subject applied in order from the first message.
     pub stream: BTreeSet<Object>,
+    /// The snapshot object's state, then the subject's messages after its stream
+    /// sequence, when there is a snapshot: what a new reader bootstraps from.
+    pub from_snapshot: Option<BTreeSet<Object>>,
     /// The (incarnation, sequence) of the master's messages written more than once, message
     /// ids written more than once, and messages not written on top of the one before.
     pub duplicates: Vec<String>,
@@ -268,7 +371,27 @@ pub struct Written {
     pub messages: usize,
 }
 
-/// Reads the stream `KV_EVENTS` (subject `kv-events.demo-store`) and the bucket `kv-events`.
+/// The batches of a log message or a snapshot, one after another, each checked by the
+/// library's decoder (at most 64 events); the strict typed decoder must take every event
+/// with the master's keys.
+pub fn batches(payload: &[u8]) -> Result<Vec<rmpv::Value>, String> {
+    let mut rest = payload;
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let before = rest;
+        let value = rmpv::decode::read_value(&mut rest).map_err(|e| e.to_string())?;
+        let raw = &before[..before.len() - rest.len()];
+        let checked = Checked::new(vec![&[][..], &[0u8; 8][..], raw]).map_err(|e| e.to_string())?;
+        if checked.len() > 64 {
+            return Err(format!("a batch of {} events", checked.len()));
+        }
+        out.push(value);
+    }
+    Ok(out)
+}
+
+/// Reads the stream `KV_EVENTS` (subject `kv-events.demo-store`), the snapshot
+/// `demo-store` in `kv-events-snapshots`, and the bucket `kv-events` if there is one.
 pub fn read_back(url: &str) -> Result<Written, String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -358,44 +481,129 @@ async fn read_back_async(url: &str) -> Result<Written, String> {
                 }
             }
         }
-        let batch =
-            rmpv::decode::read_value(&mut &message.payload[..]).map_err(|e| e.to_string())?;
-        for event in batch[1].as_array().ok_or("a batch")? {
-            index.apply(event)?;
+        for batch in batches(&message.payload)? {
+            for event in batch[1].as_array().ok_or("a batch")? {
+                index.apply(event)?;
+            }
+            // The master's events and a difference's: every key the contract lists.
+            let mut raw = Vec::new();
+            rmpv::encode::write_value(&mut raw, &batch).map_err(|e| e.to_string())?;
+            Message::<Event>::decode(&[&[][..], &[0u8; 8][..], &raw[..]])
+                .map_err(|e| format!("message {sequence}: {e}"))?;
         }
     }
-    let kv = context
-        .get_stream("KV_kv-events")
-        .await
-        .map_err(|e| e.to_string())?;
-    let entries = all(&kv, "$KV.kv-events.>", DeliverPolicy::LastPerSubject).await?;
-    let bucket = entries
-        .iter()
-        .filter(|m| {
-            m.headers
-                .as_ref()
-                .and_then(|h| h.get("KV-Operation"))
-                .is_none()
-        })
-        .map(|m| object_of(&serde_json::from_slice(&m.payload).expect("a JSON value")))
-        .collect();
+    let from_snapshot = match snapshot(&context).await? {
+        Some((stream_sequence, content)) => {
+            let mut index = Index::new();
+            for batch in batches(&content)? {
+                for event in batch[1].as_array().ok_or("a batch")? {
+                    index.apply(event)?;
+                }
+            }
+            for message in &log {
+                let sequence = message.info().map_err(|e| e.to_string())?.stream_sequence;
+                if sequence > stream_sequence {
+                    for batch in batches(&message.payload)? {
+                        for event in batch[1].as_array().ok_or("a batch")? {
+                            index.apply(event)?;
+                        }
+                    }
+                }
+            }
+            Some(objects_of(&index))
+        }
+        None => None,
+    };
+    let bucket = match context.get_stream("KV_kv-events").await {
+        Ok(kv) => {
+            let entries = all(&kv, "$KV.kv-events.>", DeliverPolicy::LastPerSubject).await?;
+            Some(
+                entries
+                    .iter()
+                    .filter(|m| {
+                        m.headers
+                            .as_ref()
+                            .and_then(|h| h.get("KV-Operation"))
+                            .is_none()
+                    })
+                    .map(|m| object_of(&serde_json::from_slice(&m.payload).expect("JSON")))
+                    .collect(),
+            )
+        }
+        Err(_) => None,
+    };
     Ok(Written {
         bucket,
         stream: objects_of(&index),
+        from_snapshot,
         duplicates,
         messages: log.len(),
     })
 }
 
+/// The snapshot `demo-store`: the stream sequence its headers say it reflects, and its
+/// content. Read as the Object Store's clients read it: its info on
+/// `$O.<bucket>.M.<name in base64>`, its chunks on `$O.<bucket>.C.<nuid>`.
+async fn snapshot(
+    context: &async_nats::jetstream::Context,
+) -> Result<Option<(u64, Vec<u8>)>, String> {
+    use base64::Engine;
+    let Ok(objects) = context.get_stream("OBJ_kv-events-snapshots").await else {
+        return Ok(None);
+    };
+    let name = base64::engine::general_purpose::URL_SAFE.encode("demo-store");
+    let info = match objects
+        .get_last_raw_message_by_subject(&format!("$O.kv-events-snapshots.M.{name}"))
+        .await
+    {
+        Ok(message) => message.payload,
+        Err(_) => return Ok(None),
+    };
+    let info: Value = serde_json::from_slice(&info).map_err(|e| e.to_string())?;
+    let header = |name: &str| info["headers"][name][0].as_str().map(str::to_owned);
+    let stream_sequence: u64 = header("Kv-Events-Stream-Sequence")
+        .ok_or("no Kv-Events-Stream-Sequence header")?
+        .parse()
+        .map_err(|_| "a stream sequence that is no number")?;
+    header("Kv-Events-Incarnation").ok_or("no Kv-Events-Incarnation header")?;
+    assert_eq!(
+        info["metadata"]["Kv-Events-Stream-Sequence"].as_str(),
+        Some(stream_sequence.to_string().as_str()),
+        "the metadata says the same"
+    );
+    let nuid = info["nuid"].as_str().ok_or("no nuid")?;
+    let chunks = all(
+        &objects,
+        &format!("$O.kv-events-snapshots.C.{nuid}"),
+        DeliverPolicy::All,
+    )
+    .await?;
+    let content: Vec<u8> = chunks
+        .iter()
+        .flat_map(|m| m.payload.iter().copied())
+        .collect();
+    if Some(content.len() as u64) != info["size"].as_u64() {
+        return Err("a snapshot whose chunks do not add up to its size".into());
+    }
+    Ok(Some((stream_sequence, content)))
+}
+
 /// Waits (up to a minute) until the bucket and the stream's fold both equal `truth`; the
 /// last reading, for the assertions.
 pub fn converge(nats: &Nats, truth: &BTreeSet<Object>) -> Written {
+    converge_at(&nats.url(), truth)
+}
+
+/// [`converge`] on the NATS server at `url`.
+pub fn converge_at(url: &str, truth: &BTreeSet<Object>) -> Written {
     let mut last = None;
     wait_for(Duration::from_secs(60), || {
-        let written = read_back(&nats.url());
-        let done = written
-            .as_ref()
-            .is_ok_and(|w| &w.bucket == truth && &w.stream == truth);
+        let written = read_back(url);
+        let done = written.as_ref().is_ok_and(|w| {
+            w.bucket.as_ref().is_none_or(|b| b == truth)
+                && &w.stream == truth
+                && w.from_snapshot.as_ref().is_some_and(|s| s == truth)
+        });
         last = Some(written);
         done
     });
@@ -410,12 +618,20 @@ pub fn said(log: &Path) -> String {
 
 /// Asserts that NATS holds exactly `truth`, written once.
 pub fn assert_exact(nats: &Nats, truth: &BTreeSet<Object>, logs: &[&Path]) {
-    let written = converge(nats, truth);
+    assert_exact_at(&nats.url(), truth, logs);
+}
+
+/// [`assert_exact`] on the NATS server at `url`.
+pub fn assert_exact_at(url: &str, truth: &BTreeSet<Object>, logs: &[&Path]) {
+    let written = converge_at(url, truth);
     let context: String = logs.iter().map(|l| said(l)).collect();
-    assert_eq!(written.bucket.len(), truth.len(), "bucket size\n{context}");
+    if let Some(bucket) = &written.bucket {
+        assert_eq!(bucket.len(), truth.len(), "bucket size\n{context}");
+        assert!(bucket == truth, "the bucket is not the truth\n{context}");
+    }
     assert!(
-        &written.bucket == truth,
-        "the bucket is not the truth\n{context}"
+        written.from_snapshot.as_ref() == Some(truth),
+        "the snapshot and the log after it are not the truth\n{context}"
     );
     assert!(
         &written.stream == truth,

@@ -1,0 +1,196 @@
+//! A store in memory, for the tests of the relay's decisions: one stream, one snapshot
+//! bucket, one key-value bucket, shared by every handle cloned from the first (two relays
+//! of one master), with JetStream's rules for appends (the expected last subject sequence,
+//! message ids) and a switch that makes every request fail (NATS down).
+
+use crate::error::StoreError;
+use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, Store};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
+
+/// What every handle shares.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// The stream: (subject, message), stream sequence = place + 1.
+    pub(crate) stream: Vec<(String, Logged)>,
+    ids: HashSet<String>,
+    /// Snapshot objects by name.
+    pub(crate) snapshots: BTreeMap<String, (SnapshotMeta, Vec<u8>)>,
+    /// The objects' bucket.
+    pub(crate) bucket: BTreeMap<String, String>,
+    /// The positions' bucket.
+    pub(crate) positions: BTreeMap<String, String>,
+    /// Every request fails while set.
+    pub(crate) down: bool,
+    /// Appends taken (written or duplicate).
+    pub(crate) appends: u64,
+}
+
+/// A handle on a store in memory; clones share it.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Memory {
+    pub(crate) shared: Rc<RefCell<Shared>>,
+    snapshot: Option<Result<SnapshotMeta, StoreError>>,
+    bucket: Option<Result<(), StoreError>>,
+}
+
+fn down() -> StoreError {
+    StoreError::failed("a request", "the store is down")
+}
+
+impl Memory {
+    /// The messages of `subject`, in order.
+    pub(crate) fn subject(&self, subject: &str) -> Vec<Logged> {
+        let shared = self.shared.borrow();
+        shared
+            .stream
+            .iter()
+            .filter(|(s, _)| s == subject)
+            .map(|(_, m)| m.clone())
+            .collect()
+    }
+}
+
+impl Store for Memory {
+    fn append(
+        &mut self,
+        subject: &str,
+        message: LogMessage,
+        expected: u64,
+    ) -> Result<Appended, StoreError> {
+        let mut shared = self.shared.borrow_mut();
+        if shared.down {
+            return Err(down());
+        }
+        if shared.ids.contains(&message.id) {
+            shared.appends += 1;
+            return Ok(Appended::Duplicate);
+        }
+        let last = shared
+            .stream
+            .iter()
+            .rposition(|(s, _)| s == subject)
+            .map_or(0, |i| i as u64 + 1);
+        if last != expected {
+            return Err(StoreError::NotLast);
+        }
+        let stream_sequence = shared.stream.len() as u64 + 1;
+        let mut headers: BTreeMap<String, String> = message
+            .headers
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        headers.insert("Nats-Msg-Id".into(), message.id.clone());
+        shared.ids.insert(message.id);
+        shared.appends += 1;
+        shared.stream.push((
+            subject.to_owned(),
+            Logged {
+                stream_sequence,
+                headers,
+                payload: message.payload,
+            },
+        ));
+        Ok(Appended::Written(stream_sequence))
+    }
+
+    fn last_on(&mut self, subject: &str) -> Result<u64, StoreError> {
+        let shared = self.shared.borrow();
+        if shared.down {
+            return Err(down());
+        }
+        Ok(shared
+            .stream
+            .iter()
+            .rposition(|(s, _)| s == subject)
+            .map_or(0, |i| i as u64 + 1))
+    }
+
+    fn read_after(&mut self, subject: &str, after: u64) -> Result<Vec<Logged>, StoreError> {
+        if self.shared.borrow().down {
+            return Err(down());
+        }
+        Ok(self
+            .subject(subject)
+            .into_iter()
+            .filter(|m| m.stream_sequence > after)
+            .collect())
+    }
+
+    fn load_snapshot(&mut self, name: &str) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StoreError> {
+        let shared = self.shared.borrow();
+        if shared.down {
+            return Err(down());
+        }
+        Ok(shared.snapshots.get(name).cloned())
+    }
+
+    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Vec<u8>) {
+        let mut shared = self.shared.borrow_mut();
+        self.snapshot = Some(if shared.down {
+            Err(down())
+        } else {
+            shared.snapshots.insert(name.to_owned(), (meta, content));
+            Ok(meta)
+        });
+    }
+
+    fn snapshot_busy(&self) -> bool {
+        false
+    }
+
+    fn snapshot_done(&mut self) -> Option<Result<SnapshotMeta, StoreError>> {
+        self.snapshot.take()
+    }
+
+    fn start_bucket(&mut self, entries: Vec<Entry>, note: Option<Entry>) {
+        let mut shared = self.shared.borrow_mut();
+        if shared.down {
+            self.bucket = Some(Err(down()));
+            return;
+        }
+        for (key, value) in entries {
+            match value {
+                Some(value) => shared.bucket.insert(key, value),
+                None => shared.bucket.remove(&key),
+            };
+        }
+        if let Some((key, Some(value))) = note {
+            shared.positions.insert(key, value);
+        }
+        self.bucket = Some(Ok(()));
+    }
+
+    fn bucket_busy(&self) -> bool {
+        false
+    }
+
+    fn bucket_done(&mut self) -> Option<Result<(), StoreError>> {
+        self.bucket.take()
+    }
+
+    fn bucket_position(&mut self, key: &str) -> Result<Option<bytes::Bytes>, StoreError> {
+        let shared = self.shared.borrow();
+        if shared.down {
+            return Err(down());
+        }
+        Ok(shared
+            .positions
+            .get(key)
+            .map(|v| bytes::Bytes::from(v.clone())))
+    }
+
+    fn bucket_load(&mut self, prefix: &str) -> Result<Vec<bytes::Bytes>, StoreError> {
+        let shared = self.shared.borrow();
+        if shared.down {
+            return Err(down());
+        }
+        Ok(shared
+            .bucket
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, v)| bytes::Bytes::from(v.clone()))
+            .collect())
+    }
+}

@@ -1,0 +1,542 @@
+//! The relay's decisions on a store in memory and a follower of the tests' making: what is
+//! written when (the master's messages verbatim, a difference only at a discontinuity),
+//! who writes (a writer, a standby that takes over), snapshots by the rule and a relay
+//! started from one, NATS away and back, the bucket beside the log.
+
+use super::*;
+use crate::batch::{checked, full_event};
+use crate::memory::Memory;
+use crate::store::Logged;
+use mooncake_kv_events::subscriber::Status;
+use mooncake_kv_events::wire::{Event, Message};
+use mooncake_kv_events::Medium;
+
+const BACKEND: &str = "store-a";
+const SUBJECT: &str = "kv-events.store-a";
+
+/// A follower of the tests' making: per publisher an index, a status, the messages
+/// "applied" and the changes since they were last taken.
+struct Fake {
+    indexes: Vec<Index>,
+    statuses: Vec<Status>,
+    applied: Vec<AppliedMessage>,
+    changes: Vec<Changes>,
+    events: u64,
+}
+
+type Change<'a> = (Kind, &'a str, &'a str, Medium);
+
+impl Fake {
+    fn new(upstreams: usize) -> Fake {
+        Fake {
+            indexes: vec![Index::new(); upstreams],
+            statuses: (0..upstreams)
+                .map(|i| Status {
+                    endpoint: format!("tcp://m{i}:5557"),
+                    incarnation: None,
+                    next_sequence: None,
+                    in_sync: false,
+                    last_heard: None,
+                    failing: None,
+                })
+                .collect(),
+            applied: Vec::new(),
+            changes: vec![Changes::everything(); upstreams],
+            events: 0,
+        }
+    }
+
+    /// A snapshot replaced publisher `i`'s index: `incarnation`, next sequence `next`.
+    fn snapshot(&mut self, i: usize, incarnation: u64, next: u64, objects: &[(&str, &str)]) {
+        let mut index = Index::new();
+        for (tenant, key) in objects {
+            index.store(tenant.as_bytes(), key.as_bytes(), Medium::Cpu);
+        }
+        self.indexes[i] = index;
+        self.changes[i] = Changes::everything();
+        let status = &mut self.statuses[i];
+        status.incarnation = Some(incarnation);
+        status.next_sequence = Some(next);
+        status.in_sync = true;
+        status.last_heard = Some(Instant::now());
+    }
+
+    /// Publisher `i`'s master sends one message of `changes`, which the follower applies.
+    fn publish(&mut self, i: usize, changes: &[Change<'_>]) -> Vec<u8> {
+        let payload = self.encode(changes);
+        self.apply(i, &payload);
+        let status = &mut self.statuses[i];
+        let sequence = status.next_sequence.expect("after a snapshot");
+        self.applied.push(AppliedMessage {
+            upstream: i,
+            incarnation: status.incarnation.unwrap(),
+            sequence,
+            payload: payload.clone(),
+        });
+        status.next_sequence = Some(sequence + 1);
+        status.last_heard = Some(Instant::now());
+        payload
+    }
+
+    /// `lost` messages of publisher `i` the relay never sees (a gap a snapshot filled):
+    /// the index has their changes, the applied messages do not.
+    fn behind_the_relays_back(&mut self, i: usize, lost: u64, changes: &[Change<'_>]) {
+        let payload = self.encode(changes);
+        self.apply(i, &payload);
+        self.changes[i] = Changes::everything();
+        let status = &mut self.statuses[i];
+        status.next_sequence = status.next_sequence.map(|n| n + lost);
+    }
+
+    fn encode(&self, changes: &[Change<'_>]) -> Vec<u8> {
+        let context = Context {
+            model_name: Some("llama".into()),
+            block_size: Some(16),
+            ..Context::default()
+        };
+        let mut batches = Batches::new(now_ms(), 0, usize::MAX);
+        for &(kind, tenant, key, medium) in changes {
+            batches.push(|out| {
+                full_event(
+                    out,
+                    &context,
+                    BACKEND,
+                    kind,
+                    tenant.as_bytes(),
+                    key.as_bytes(),
+                    medium,
+                    1,
+                );
+            });
+        }
+        batches.finish().pop().unwrap_or_else(|| batch::empty(1, 0))
+    }
+
+    fn apply(&mut self, i: usize, payload: &[u8]) {
+        for batch in checked(payload).unwrap() {
+            for change in batch.changes() {
+                let applied = self.indexes[i].apply_change(&change).unwrap();
+                self.events += 1;
+                if !self.changes[i].all {
+                    let (tenant, key) = (change.tenant_id.bytes(), change.object_key.bytes());
+                    if let (Some(t), Some(k), Applied::Stored | Applied::Removed) =
+                        (tenant, key, applied)
+                    {
+                        let keys = self.changes[i].objects.entry(t.to_vec()).or_default();
+                        keys.insert(k.to_vec());
+                    }
+                }
+            }
+        }
+    }
+}
+
+use mooncake_kv_events::subscriber::Applied;
+
+impl Source for Fake {
+    fn poll(&mut self, _wait: Duration) -> Vec<Notice> {
+        Vec::new()
+    }
+    fn take_applied(&mut self) -> Vec<AppliedMessage> {
+        std::mem::take(&mut self.applied)
+    }
+    fn take_changes(&mut self, i: usize) -> Changes {
+        std::mem::take(&mut self.changes[i])
+    }
+    fn index(&self, i: usize) -> &Index {
+        &self.indexes[i]
+    }
+    fn status(&self, i: usize) -> Status {
+        self.statuses[i].clone()
+    }
+    fn freshest(&self) -> Option<usize> {
+        (0..self.statuses.len())
+            .filter(|&i| self.statuses[i].in_sync)
+            .max_by_key(|&i| self.statuses[i].last_heard)
+    }
+    fn upstreams(&self) -> usize {
+        self.indexes.len()
+    }
+    fn events_in(&self) -> u64 {
+        self.events
+    }
+}
+
+fn options() -> Options {
+    Options {
+        backend: BACKEND.into(),
+        snapshot_every: Duration::from_secs(3600),
+        bucket: false,
+    }
+}
+
+fn relay(fake: Fake, memory: &Memory, options: Options) -> Relay<Fake, Memory> {
+    Relay::start(fake, memory.clone(), options).expect("starts")
+}
+
+fn turn(relay: &mut Relay<Fake, Memory>) {
+    relay.turn(Duration::ZERO).1.expect("the store takes it");
+}
+
+/// What a reader of the subject holds: every batch of every message, applied in order.
+fn fold(messages: &[Logged]) -> Index {
+    let mut index = Index::new();
+    for message in messages {
+        for batch in checked(&message.payload).expect("batches") {
+            for change in batch.changes() {
+                index
+                    .apply_change(&change)
+                    .expect("an event the index takes");
+            }
+        }
+    }
+    index
+}
+
+fn kinds(messages: &[Logged]) -> Vec<&str> {
+    messages
+        .iter()
+        .map(|m| m.header(crate::log::KIND).unwrap_or("?"))
+        .collect()
+}
+
+fn stored(tenant: &'static str, key: &'static str) -> Change<'static> {
+    (Kind::Stored, tenant, key, Medium::Cpu)
+}
+
+#[test]
+fn a_fresh_log_starts_with_a_difference_then_carries_the_masters_messages_verbatim() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 0xaa, 5, &[("t", "a"), ("t", "b")]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(kinds(&log), ["diff"], "the state the relay joined at");
+    assert_eq!(
+        log[0].header("Nats-Msg-Id"),
+        Some("store-a.00000000000000aa.5.diff-0.0")
+    );
+
+    let sent: Vec<Vec<u8>> = (0..3)
+        .map(|k| {
+            let key = ["c", "d", "e"][k];
+            relay.source.publish(
+                0,
+                &[stored("t", key), (Kind::Removed, "t", "a", Medium::Cpu)],
+            )
+        })
+        .collect();
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(
+        kinds(&log),
+        ["diff", "events"],
+        "three master messages in one log message"
+    );
+    assert_eq!(&log[1].payload[..], sent.concat(), "verbatim");
+    assert_eq!(
+        log[1].header("Nats-Msg-Id"),
+        Some("store-a.00000000000000aa.5-7")
+    );
+    assert_eq!(log[1].header(crate::log::NEXT_SEQUENCE), Some("8"));
+    assert_eq!(log[1].header(crate::log::PREVIOUS), Some("1"));
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    assert_eq!(relay.counters.diffs, 1);
+    assert_eq!(
+        (
+            relay.counters.events_written,
+            relay.counters.master_messages
+        ),
+        (6, 3)
+    );
+    assert!(relay.up_to_date());
+    // Nothing new: nothing written.
+    turn(&mut relay);
+    assert_eq!(memory.subject(SUBJECT).len(), 2);
+}
+
+#[test]
+fn a_discontinuity_is_a_difference_with_the_keys_of_the_masters_events_and_only_then() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    relay
+        .source
+        .publish(0, &[stored("t", "a"), stored("t", "b")]);
+    turn(&mut relay);
+    // Two messages the relay never saw (a gap only a snapshot filled).
+    relay.source.behind_the_relays_back(
+        0,
+        2,
+        &[(Kind::Removed, "t", "a", Medium::Cpu), stored("u", "x")],
+    );
+    relay.source.publish(0, &[stored("t", "c")]);
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(kinds(&log), ["diff", "events", "diff"]);
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    // The difference: `removed` before `stored`, each with the master's keys and context
+    // (learned from its events), `event_id` 0.
+    let events: Vec<Event> = crate::batch::split(&log[2].payload)
+        .unwrap()
+        .into_iter()
+        .flat_map(|b| {
+            Message::<Event>::decode(&[&[][..], &[0u8; 8][..], b])
+                .unwrap()
+                .events
+        })
+        .collect();
+    let described: Vec<(String, Vec<u8>)> = events
+        .iter()
+        .map(|e| {
+            (
+                format!("{:?}", e.event_type),
+                e.object_key.clone().unwrap().0,
+            )
+        })
+        .collect();
+    assert_eq!(events.len(), 3, "{described:?}");
+    assert_eq!(events[0].object_key.as_ref().unwrap().0, b"a");
+    assert!(events
+        .iter()
+        .all(|e| e.model_name.as_deref() == Some("llama")
+            && e.block_size == Some(16)
+            && e.event_id == 0
+            && e.legacy_type.is_some()));
+    // Back to the master's own messages.
+    relay.source.publish(0, &[stored("t", "d")]);
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(kinds(&log), ["diff", "events", "diff", "events"]);
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+
+    // A new incarnation (a master restarted): a difference to its state.
+    relay.source.snapshot(0, 2, 0, &[("t", "new")]);
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(kinds(&log).last(), Some(&"diff"));
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    assert_eq!(relay.counters.diffs, 3);
+    assert!(relay.up_to_date());
+}
+
+#[test]
+fn nats_away_holds_the_masters_messages_and_writes_them_when_back() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    memory.shared.borrow_mut().down = true;
+    for key in ["a", "b", "c"] {
+        relay.source.publish(0, &[stored("t", key)]);
+        assert!(relay.turn(Duration::ZERO).1.is_err() || relay.not_before > Instant::now());
+    }
+    assert_eq!(relay.pending_messages(), 3);
+    memory.shared.borrow_mut().down = false;
+    relay.not_before = Instant::now();
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(
+        kinds(&log),
+        ["diff", "events"],
+        "no difference: nothing was lost"
+    );
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    assert!(relay.counters.nats_failures >= 1);
+}
+
+#[test]
+fn a_second_relay_stands_by_and_takes_over_when_the_log_is_still() {
+    let memory = Memory::default();
+    let (mut one, mut two) = (Fake::new(1), Fake::new(1));
+    one.snapshot(0, 9, 3, &[("t", "a")]);
+    // The second joined the master later: its truth is two messages further.
+    two.snapshot(0, 9, 5, &[("t", "a"), ("t", "b"), ("t", "c")]);
+    let mut first = relay(one, &memory, options());
+    let mut second = relay(two, &memory, options());
+    turn(&mut first);
+    // The second computed its difference from an empty log: refused, it reads the log and
+    // stands by.
+    turn(&mut second);
+    assert!(matches!(second.role, Role::Standby { .. }));
+    assert_eq!(second.counters.races_lost, 1);
+    for key in ["b", "c"] {
+        first.source.publish(0, &[stored("t", key)]);
+    }
+    turn(&mut first);
+    // The standby reads what the writer wrote.
+    let expired = Instant::now() - STANDBY_CHECK;
+    second.role = Role::Standby {
+        since: Instant::now(),
+        checked: expired,
+    };
+    turn(&mut second);
+    assert_eq!(second.log.last, 2);
+    assert!(matches!(second.role, Role::Standby { .. }));
+    // The writer dies; the log stays still past the takeover delay.
+    drop(first);
+    second.role = Role::Standby {
+        since: Instant::now() - TAKEOVER - Duration::from_millis(1),
+        checked: Instant::now() - STANDBY_CHECK,
+    };
+    second.source.publish(0, &[stored("t", "d")]);
+    turn(&mut second);
+    assert_eq!(second.role, Role::Writer);
+    assert_eq!(second.counters.takeovers, 1);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(
+        kinds(&log),
+        ["diff", "events", "events"],
+        "no difference at the takeover"
+    );
+    assert_eq!(
+        log[2].header("Nats-Msg-Id"),
+        Some("store-a.0000000000000009.5-5")
+    );
+    assert_eq!(fold(&log), second.source.indexes[0]);
+    // Every message on top of the one before it.
+    for pair in log.windows(2) {
+        assert_eq!(
+            pair[1].header(crate::log::PREVIOUS),
+            Some(pair[0].stream_sequence.to_string().as_str())
+        );
+    }
+}
+
+#[test]
+fn a_write_whose_acknowledgement_was_lost_is_kept_once() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    let payload = relay.source.publish(0, &[stored("t", "a")]);
+    // The same message written by someone with the same id before this relay learns of it.
+    let mut other = memory.clone();
+    let id = "store-a.0000000000000001.0-0".to_owned();
+    let message = crate::store::LogMessage {
+        id,
+        headers: vec![],
+        payload: payload.into(),
+    };
+    other.append(SUBJECT, message, 1).unwrap();
+    turn(&mut relay);
+    assert_eq!(
+        memory.subject(SUBJECT).len(),
+        2,
+        "the duplicate was dropped"
+    );
+    assert_eq!(relay.counters.races_lost, 0);
+}
+
+#[test]
+fn snapshots_follow_the_rule_and_a_relay_starts_from_one() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
+    let every = Options {
+        snapshot_every: Duration::ZERO,
+        ..options()
+    };
+    let mut first = relay(fake, &memory, every);
+    turn(&mut first);
+    first.source.publish(0, &[stored("u", "c")]);
+    turn(&mut first);
+    turn(&mut first);
+    let (meta, content) = memory.shared.borrow().snapshots[BACKEND].clone();
+    assert_eq!(meta.stream_sequence, 2);
+    assert_eq!((meta.incarnation, meta.next_sequence), (4, 1));
+    let mut from_snapshot = Index::new();
+    for batch in checked(&content).unwrap() {
+        assert!(batch.len() <= 64);
+        for change in batch.changes() {
+            from_snapshot.apply_change(&change).unwrap();
+        }
+    }
+    assert_eq!(from_snapshot, first.source.indexes[0]);
+    assert_eq!(first.counters.snapshots, 2);
+
+    // By events alone: none before as many log events as objects (and 10,000).
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, &[]);
+    let mut rule = relay(fake, &memory, options());
+    turn(&mut rule);
+    rule.source.publish(0, &[stored("t", "a")]);
+    turn(&mut rule);
+    assert!(memory.shared.borrow().snapshots.is_empty());
+    // Quiet: the events stopped.
+    rule.snapshots.last_events = Instant::now() - QUIET;
+    turn(&mut rule);
+    let snapshot = || memory.shared.borrow().snapshots[BACKEND].0.stream_sequence;
+    assert_eq!(snapshot(), 2);
+    rule.source.publish(0, &[stored("t", "b")]);
+    turn(&mut rule);
+    assert_eq!(snapshot(), 2, "neither quiet nor as many events as objects");
+    rule.snapshots.events_since = MIN_SNAPSHOT_EVENTS;
+    rule.source.publish(0, &[stored("t", "c")]);
+    turn(&mut rule);
+    assert_eq!(snapshot(), 4);
+
+    // A relay started anew loads the snapshot and the log after it, and has nothing to
+    // write for a master where the log is.
+    let mut again = Fake::new(1);
+    again.snapshot(0, 4, 3, &[("t", "a"), ("t", "b"), ("t", "c")]);
+    let mut second = relay(again, &memory, options());
+    assert_eq!(second.log.last, 4);
+    turn(&mut second);
+    assert_eq!(memory.subject(SUBJECT).len(), 4, "nothing written");
+    assert!(second.up_to_date());
+}
+
+#[test]
+fn the_bucket_is_written_beside_the_log_and_a_relay_started_anew_marks_what_it_lacks() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[("t", "a")]);
+    let with_bucket = Options {
+        bucket: true,
+        ..options()
+    };
+    let mut relay = relay(fake, &memory, with_bucket.clone());
+    turn(&mut relay);
+    relay.source.publish(
+        0,
+        &[stored("t", "b"), (Kind::Removed, "t", "a", Medium::Cpu)],
+    );
+    turn(&mut relay);
+    turn(&mut relay);
+    let bucket = memory.shared.borrow().bucket.clone();
+    assert_eq!(
+        bucket.keys().collect::<Vec<_>>(),
+        ["store-a.t.b"],
+        "{bucket:?}"
+    );
+    let noted: bucket::Reflected =
+        serde_json::from_str(&memory.shared.borrow().positions[BACKEND]).unwrap();
+    assert_eq!(noted.stream_sequence, 2);
+    assert!(relay.up_to_date());
+
+    // The bucket away: the log goes on without it.
+    drop(relay);
+    memory.shared.borrow_mut().bucket.clear();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 1, &[("t", "b")]);
+    let mut relay = crate::relay::tests::relay(fake, &memory, with_bucket);
+    relay.source.publish(0, &[stored("t", "c")]);
+    turn(&mut relay);
+    assert_eq!(
+        kinds(&memory.subject(SUBJECT)),
+        ["diff", "events", "events"]
+    );
+    turn(&mut relay);
+    // Only what the log wrote since the bucket's position is written again.
+    assert_eq!(
+        memory.shared.borrow().bucket.keys().collect::<Vec<_>>(),
+        ["store-a.t.c"]
+    );
+}
