@@ -74,7 +74,7 @@ def run(binary, options, name, make):
     # Made only now: memory the child held between fork and exec counts in its peak.
     payloads = make()
     pub.recv()  # the tail's subscription
-    for seq, payload in enumerate(payloads, 1):
+    for seq, payload in enumerate(payloads):  # numbered from 0, as a publisher does
         pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
     started = time.monotonic()
     _, stderr = tail.communicate()
