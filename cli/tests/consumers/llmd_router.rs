@@ -1214,7 +1214,9 @@ fn router_that_joins_after_the_workload_rebuilds_the_whole_index_from_the_replay
     let demo = scenario.demo(&args);
     let last = workload_done(&scenario);
     let mut router = Router::start(&scenario, Params::default(), false);
-    within(Duration::from_secs(30), || router.reached_or_failed(0, last));
+    within(Duration::from_secs(30), || {
+        router.reached_or_failed(0, last)
+    });
     let expected = demo.finish();
     router.stop();
 
@@ -1264,7 +1266,9 @@ fn router_that_lost_messages_on_its_sub_socket_recovers_them_by_replay_on_the_ga
     assert!(joined, "the router did not join: {:?}", router.notes.all());
     let last = workload_done(&scenario);
     router.release();
-    within(Duration::from_secs(30), || router.reached_or_failed(0, last));
+    within(Duration::from_secs(30), || {
+        router.reached_or_failed(0, last)
+    });
     router.stop();
     let expected = demo.finish();
 
