@@ -54,9 +54,9 @@ STATUS2 = re.compile(
 
 # The status line of this tree (`log before N`, snapshots).
 NEW1 = re.compile(
-    r"kv-events-relay: ([\d.]+)s: (?:\S+: (in sync|recovering) before (\d+), incarnation "
-    r"([0-9a-f]+)|no publisher in sync yet); (?:log before (\d+)( \(partial\))? \(stream "
-    r"sequence (\d+)\)|log empty); (writer|standby)"
+    r"kv-events-relay: ([\d.]+)s: (?:\S+: (in sync|recovering)(?: before (\d+))?(?:, "
+    r"incarnation ([0-9a-f]+))?|no publisher in sync yet); (?:log before (\d+)( \(partial\))? "
+    r"\(stream sequence (\d+)\)|log empty); (writer|ready to write|standby)"
 )
 NEW2 = re.compile(
     r"events in (\d+), events written (\d+) in (\d+) messages \((\d+) of the master's\), "

@@ -11,15 +11,15 @@ use std::time::Duration;
 /// Follows the master (or the candidate masters of an HA deployment) through its replay
 /// socket, exactly (snapshot at start, replay or snapshot on a gap, a new incarnation
 /// noticed), and writes the master's own batches into the JetStream stream STREAM (subject
-/// kv-events.<backend_id>, message ids from the master's sequences, so that nothing is
-/// written twice), and now and then a compacted snapshot of the state into the Object Store
-/// bucket SNAPSHOTS (one object per backend), from which a reader bootstraps and then
-/// consumes the subject. A master's restart or a gap only a snapshot fills is written as
-/// the removed and stored events that bring the log to the new truth: a reader of the
-/// stream never sees a reset. With --bucket, the current state also goes to a key-value
-/// bucket (one entry per object present), beside the log. A status line goes to stderr
-/// every --every seconds; Ctrl-C or SIGTERM stops it (exit 0 when what it wrote was up to
-/// date with the master).
+/// PREFIX.<backend_id>, PREFIX kv-events by default, message ids from the master's
+/// sequences, so that nothing is written twice), and now and then a compacted snapshot of
+/// the state into the Object Store bucket SNAPSHOTS (one object per backend), from which a
+/// reader bootstraps and then consumes the subject. A master's restart or a gap only a
+/// snapshot fills is written as the removed and stored events that bring the log to the
+/// new truth: a reader of the stream never sees a reset. With --bucket, the current state
+/// also goes to a key-value bucket (one entry per object present), beside the log. A
+/// status line goes to stderr every --every seconds; Ctrl-C or SIGTERM stops it (exit 0
+/// when what it wrote was up to date with the master).
 #[derive(Debug, Parser)]
 #[command(name = "kv-events relay", version, verbatim_doc_comment)]
 #[command(after_help = "Examples:
@@ -41,9 +41,13 @@ pub(crate) struct Args {
     /// The NATS server, e.g. nats://127.0.0.1:4222
     #[arg(long, value_name = "URL", value_parser = NonEmptyStringValueParser::new())]
     pub(crate) nats: String,
-    /// The JetStream stream of the log (made, with the subjects kv-events.>, if absent)
+    /// The JetStream stream of the log (made, with the subjects PREFIX.>, if absent)
     #[arg(long, value_name = "NAME", default_value = "KV_EVENTS")]
     pub(crate) stream: String,
+    /// The subjects of the log: PREFIX.<backend_id>; another prefix (and --stream) for
+    /// each deployment that shares a NATS account
+    #[arg(long, value_name = "PREFIX", default_value = "kv-events")]
+    pub(crate) subject_prefix: String,
     /// The Object Store bucket of the snapshots (made if absent)
     #[arg(long, value_name = "NAME", default_value = "kv-events-snapshots")]
     pub(crate) snapshots: String,
@@ -55,6 +59,10 @@ pub(crate) struct Args {
     /// (made if absent; NAME-positions beside it); off by default
     #[arg(long, value_name = "NAME")]
     pub(crate) bucket: Option<String>,
+    /// With --bucket: how long a deleted object's delete marker stays in the bucket (for its
+    /// watchers) before the relay purges it
+    #[arg(long, value_name = "SECS", default_value = "600", value_parser = seconds)]
+    pub(crate) bucket_marker_age: Duration,
     /// The replicas of the stream and buckets the relay makes (3 on a NATS cluster)
     #[arg(long, value_name = "N", default_value = "1", value_parser = clap::value_parser!(u8).range(1..=5))]
     pub(crate) replicas: u8,
@@ -75,6 +83,9 @@ pub(crate) struct Args {
     #[arg(long, value_name = "FILE", requires = "curve_server_keys")]
     pub(crate) curve_secret_key: Option<PathBuf>,
 }
+
+/// The longest stream name NATS takes (a file name).
+const MAX_NAME: usize = 255;
 
 /// A positive number of seconds.
 fn seconds(text: &str) -> Result<Duration, String> {
@@ -102,11 +113,24 @@ impl Args {
                  or one per PUB_ENDPOINT"
             )));
         }
-        let mut names = vec![("--stream", &self.stream), ("--snapshots", &self.snapshots)];
+        // Each name with the streams made of it: JetStream keeps a stream in a directory
+        // named after it, and refuses a name longer than a file name may be.
+        let mut names = vec![
+            ("--stream", &self.stream, vec![self.stream.clone()]),
+            (
+                "--snapshots",
+                &self.snapshots,
+                vec![format!("OBJ_{}", self.snapshots)],
+            ),
+        ];
         if let Some(bucket) = &self.bucket {
-            names.push(("--bucket", bucket));
+            names.push((
+                "--bucket",
+                bucket,
+                vec![format!("KV_{bucket}"), format!("KV_{bucket}-positions")],
+            ));
         }
-        for (what, name) in names {
+        for (what, name, streams) in names {
             let fits = !name.is_empty()
                 && name
                     .bytes()
@@ -116,6 +140,26 @@ impl Args {
                     "{what} {name:?}: a NATS name is letters, digits, - and _"
                 )));
             }
+            if let Some(long) = streams.iter().find(|s| s.len() > MAX_NAME) {
+                return Err(Error::Usage(format!(
+                    "{what}: {} characters; its stream {}... would have {}, and NATS takes                      at most {MAX_NAME}",
+                    name.len(),
+                    &long[..16],
+                    long.len()
+                )));
+            }
+        }
+        let prefix = &self.subject_prefix;
+        let fits = prefix.split('.').all(|token| {
+            !token.is_empty()
+                && token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+        if !fits || prefix.len() > MAX_NAME {
+            return Err(Error::Usage(format!(
+                "--subject-prefix {prefix:?}: subject tokens (letters, digits, - and _)                  joined by dots, at most {MAX_NAME} characters"
+            )));
         }
         Ok(())
     }
@@ -149,6 +193,30 @@ mod tests {
             .to_string()
             .contains("--snapshots"));
         assert!(parse("r e --replay-endpoint f --nats n --replicas 6").is_err());
+        // Refused before anything is made (exit 2), naming the option.
+        let long = format!(
+            "r e --replay-endpoint f --nats n --bucket {}",
+            "b".repeat(300)
+        );
+        let why = parse(&long).unwrap().check().unwrap_err().to_string();
+        assert!(why.starts_with("--bucket: 300 characters"), "{why}");
+        let long = format!(
+            "r e --replay-endpoint f --nats n --stream {}",
+            "S".repeat(256)
+        );
+        assert!(parse(&long).unwrap().check().is_err());
+        let long = format!(
+            "r e --replay-endpoint f --nats n --snapshots {}",
+            "s".repeat(252)
+        );
+        assert!(parse(&long).unwrap().check().is_err(), "OBJ_ makes it 256");
+        assert_eq!(ok.subject_prefix, "kv-events");
+        let prefixed = parse("r e --replay-endpoint f --nats n --subject-prefix prod.kv").unwrap();
+        assert!(prefixed.check().is_ok());
+        for bad in ["a..b", "a.*", ".a", "a>"] {
+            let line = format!("r e --replay-endpoint f --nats n --subject-prefix {bad}");
+            assert!(parse(&line).unwrap().check().is_err(), "{bad}");
+        }
         assert!(
             parse("r e --replay-endpoint f").is_err(),
             "--nats is required"

@@ -21,6 +21,12 @@ pub(crate) enum StoreError {
         /// What could not be read.
         what: String,
     },
+    /// What is in NATS cannot be used as it is (a stream of that name with other
+    /// subjects): not retried.
+    Unusable {
+        /// What is in the way, and what to do.
+        what: String,
+    },
 }
 
 impl StoreError {
@@ -39,6 +45,7 @@ impl fmt::Display for StoreError {
             StoreError::NotLast => write!(f, "another writer wrote the log meanwhile"),
             StoreError::Failed { what, why } => write!(f, "{what}: {why}"),
             StoreError::Unreadable { what } => write!(f, "unreadable: {what}"),
+            StoreError::Unusable { what } => write!(f, "{what}"),
         }
     }
 }

@@ -18,6 +18,8 @@ pub(crate) const KIND: &str = "Kv-Events-Kind";
 pub(crate) const PART: &str = "Kv-Events-Part";
 /// The stream sequence of the message before it on the subject, 0 for the first.
 pub(crate) const PREVIOUS: &str = "Kv-Events-Previous";
+/// JetStream's message id header.
+const MSG_ID: &str = "Nats-Msg-Id";
 
 /// Where the log stands in the master's stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +70,10 @@ pub(crate) struct Log {
     /// Log messages read back that were not batches (counted; their events are lost to
     /// the relay too, and the next write is a difference).
     pub(crate) unreadable: u64,
+    /// The ids of the appends since the last message known whose outcome is unknown (no
+    /// acknowledgement: NATS restarted, a timeout): each went on top of that message, so
+    /// one at most was written; if the log moved by one of them, it is this relay's own.
+    in_doubt: Vec<String>,
 }
 
 impl Log {
@@ -78,6 +84,7 @@ impl Log {
             last,
             position,
             unreadable: 0,
+            in_doubt: Vec::new(),
         }
     }
 
@@ -99,13 +106,15 @@ impl Log {
             headers.push((PART, format!("{part}/{parts}")));
         }
         let payload = bytes::Bytes::from(entry.payload);
+        let id = entry.id;
         let message = LogMessage {
-            id: entry.id,
+            id: id.clone(),
             headers,
             payload: payload.clone(),
         };
         match store.append(&self.subject, message, self.last) {
             Ok(Appended::Written(sequence)) => {
+                self.in_doubt.clear();
                 // The relay wrote these batches itself: they are batches.
                 let events = held.apply(&payload, sequence).unwrap_or_default();
                 self.last = sequence;
@@ -113,8 +122,26 @@ impl Log {
                 Ok(Written::Yes(events))
             }
             Ok(Appended::Duplicate) => self.read(store, held).map(|_| Written::ReadInstead(false)),
-            Err(StoreError::NotLast) => self.read(store, held).map(|_| Written::ReadInstead(true)),
-            Err(e) => Err(e),
+            Err(StoreError::NotLast) => {
+                let doubted = std::mem::take(&mut self.in_doubt);
+                let ids = match self.read_ids(store, held) {
+                    Ok(ids) => ids,
+                    Err(e) => {
+                        self.in_doubt = doubted;
+                        return Err(e);
+                    }
+                };
+                // Only this relay's own write, whose acknowledgement was lost (and which
+                // it retried regrouped, under another id), is no race.
+                let own = matches!(&ids[..], [Some(id)] if doubted.contains(id));
+                Ok(Written::ReadInstead(!own))
+            }
+            Err(e) => {
+                if matches!(e, StoreError::Failed { .. }) {
+                    self.in_doubt.push(id);
+                }
+                Err(e)
+            }
         }
     }
 
@@ -125,11 +152,24 @@ impl Log {
         store: &mut impl Store,
         held: &mut Held,
     ) -> Result<usize, StoreError> {
+        self.read_ids(store, held).map(|ids| ids.len())
+    }
+
+    /// As [`Log::read`]; returns the message ids (`Nats-Msg-Id`) of the messages read.
+    fn read_ids(
+        &mut self,
+        store: &mut impl Store,
+        held: &mut Held,
+    ) -> Result<Vec<Option<String>>, StoreError> {
         let messages = store.read_after(&self.subject, self.last)?;
         for message in &messages {
             self.take(message, held);
         }
-        Ok(messages.len())
+        self.in_doubt.clear();
+        Ok(messages
+            .iter()
+            .map(|m| m.header(MSG_ID).map(str::to_owned))
+            .collect())
     }
 
     /// Applies one message read back, and moves the log's position past it.

@@ -40,6 +40,8 @@ const TURN: Duration = Duration::from_millis(50);
 const RCVHWM: i32 = 1_000_000;
 /// How long the relay goes on writing at the end, for what came last.
 const LAST_WRITES: Duration = Duration::from_secs(10);
+/// How often a failure that goes on is said again.
+const STILL_FAILING: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
     let args = args::Args::parse();
@@ -118,7 +120,15 @@ fn backend_id(upstreams: &[Upstream]) -> Result<String, Error> {
             }
         }
         if !said {
-            eprintln!("kv-events relay: waiting for a publisher to answer info");
+            let endpoints: Vec<&str> = upstreams
+                .iter()
+                .map(|u| u.replay_endpoint.as_str())
+                .collect();
+            eprintln!(
+                "kv-events relay: waiting for a publisher to answer info at {} (its replay \
+                 endpoint: the master up, kv_events_replay_endpoint set?)",
+                endpoints.join(", ")
+            );
             said = true;
         }
     }
@@ -136,9 +146,11 @@ fn run(args: &args::Args) -> Result<(), Error> {
         &args.nats,
         nats::Names {
             stream: args.stream.clone(),
+            subject_prefix: args.subject_prefix.clone(),
             snapshots: args.snapshots.clone(),
             bucket: args.bucket.clone(),
             replicas: usize::from(args.replicas),
+            marker_age: args.bucket_marker_age,
         },
     )?;
     let options = FollowOptions {
@@ -153,6 +165,7 @@ fn run(args: &args::Args) -> Result<(), Error> {
         store,
         relay::Options {
             backend: backend.clone(),
+            subject_prefix: args.subject_prefix.clone(),
             snapshot_every: args.snapshot_every,
             bucket: args.bucket.is_some(),
         },
@@ -181,28 +194,67 @@ fn follow<S: source::Source, T: store::Store>(
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
     let mut next_status = started + args.every;
-    let mut failing: Option<String> = None;
-    let mut err = std::io::stderr().lock();
+    // The failure being retried: what it said, since when, when last said.
+    let mut failing: Option<(String, Instant, Instant)> = None;
+    // stderr is not held locked: the NATS client's thread writes on it too.
+    let err = std::io::stderr();
     while !stop_requested() && deadline.is_none_or(|d| Instant::now() < d) {
         let (notices, outcome) = relay.turn(TURN);
         for notice in notices {
             let _ = writeln!(
-                err,
+                err.lock(),
                 "kv-events relay: {}: {}",
-                names[notice.upstream], notice.event
+                names[notice.upstream],
+                notice.event
             );
         }
+        let now = Instant::now();
         match outcome {
-            Err(why) if failing.as_ref() != Some(&why.to_string()) => {
-                let _ = writeln!(err, "kv-events relay: {why}; retrying");
-                failing = Some(why.to_string());
+            Err(why) => {
+                let why = why.to_string();
+                let say = match &failing {
+                    None => Some(format!(
+                        "NATS at {} failing: {why}; retrying every second",
+                        args.nats
+                    )),
+                    Some((said, since, at)) if *said != why || now - *at >= STILL_FAILING => {
+                        Some(format!(
+                            "NATS at {} still failing after {} s: {why}",
+                            args.nats,
+                            (now - *since).as_secs()
+                        ))
+                    }
+                    Some(_) => None,
+                };
+                if let Some(say) = say {
+                    let _ = writeln!(err.lock(), "kv-events relay: {say}");
+                    let since = failing.as_ref().map_or(now, |f| f.1);
+                    failing = Some((why, since, now));
+                }
             }
-            Ok(()) => failing = None,
-            Err(_) => {}
+            // A turn that waits for the retry asked NATS nothing: no news.
+            Ok(()) if relay.backing_off() => {}
+            Ok(()) => {
+                if let Some((_, since, _)) = failing.take() {
+                    let _ = writeln!(
+                        err.lock(),
+                        "kv-events relay: NATS at {} answers again (after {} s)",
+                        args.nats,
+                        (now - since).as_secs()
+                    );
+                }
+            }
         }
-        if Instant::now() >= next_status {
-            let _ = write!(err, "{}", status::line(relay, names, started.elapsed()));
-            next_status += args.every;
+        if now >= next_status {
+            let _ = write!(
+                err.lock(),
+                "{}",
+                status::line(relay, names, started.elapsed())
+            );
+            // Ticks missed by a stall are skipped, not printed in a burst.
+            while next_status <= now {
+                next_status += args.every;
+            }
         }
     }
     // What came last is written before the end, when the master and NATS allow.
@@ -212,7 +264,11 @@ fn follow<S: source::Source, T: store::Store>(
             break;
         }
     }
-    let _ = write!(err, "{}", status::line(relay, names, started.elapsed()));
+    let _ = write!(
+        err.lock(),
+        "{}",
+        status::line(relay, names, started.elapsed())
+    );
     if relay.up_to_date() {
         Ok(())
     } else {

@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     pub(crate) down: bool,
     /// Appends taken (written or duplicate).
     pub(crate) appends: u64,
+    /// The next append is written but its acknowledgement lost (a NATS restart).
+    pub(crate) lose_ack: bool,
 }
 
 /// A handle on a store in memory; clones share it.
@@ -92,6 +94,12 @@ impl Store for Memory {
                 payload: message.payload,
             },
         ));
+        if std::mem::take(&mut shared.lose_ack) {
+            return Err(StoreError::failed(
+                "writing to the stream",
+                "no acknowledgement",
+            ));
+        }
         Ok(Appended::Written(stream_sequence))
     }
 

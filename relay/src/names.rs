@@ -35,9 +35,10 @@ pub(crate) fn untoken(token: &str) -> Option<Vec<u8>> {
     }
 }
 
-/// The subject of `backend`'s log in the stream: `kv-events.<token(backend)>`.
-pub(crate) fn subject(backend: &str) -> String {
-    format!("kv-events.{}", token(backend.as_bytes()))
+/// The subject of `backend`'s log in the stream: `<prefix>.<token(backend)>`, the prefix
+/// `kv-events` unless `--subject-prefix` says otherwise.
+pub(crate) fn subject(prefix: &str, backend: &str) -> String {
+    format!("{prefix}.{}", token(backend.as_bytes()))
 }
 
 /// The bucket key of one object: `<token(backend)>.<token(tenant)>.<token(key)>`, the
@@ -92,7 +93,8 @@ mod tests {
             object_key("demo-store", b"default", b"k 1"),
             "demo-store.default.=ayAx"
         );
-        assert_eq!(subject("a.b"), "kv-events.=YS5i");
+        assert_eq!(subject("kv-events", "a.b"), "kv-events.=YS5i");
+        assert_eq!(subject("prod.kv", "b"), "prod.kv.b");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use base64::Engine;
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
@@ -36,6 +36,8 @@ const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 const CHUNK_BYTES: usize = 256 * 1024;
 /// Chunks (or bucket entries) sent before the oldest acknowledgement is awaited.
 const WINDOW: usize = 64;
+/// The most delete markers noted for a later purge; past it the oldest are purged early.
+const MAX_MARKERS: usize = 200_000;
 /// The snapshot's headers, in the object's info (`headers`, and `metadata` for clients
 /// that know no object headers).
 pub(crate) const STREAM_SEQUENCE: &str = "Kv-Events-Stream-Sequence";
@@ -43,14 +45,18 @@ pub(crate) const STREAM_SEQUENCE: &str = "Kv-Events-Stream-Sequence";
 /// Where the log and the state go.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Names {
-    /// The stream, e.g. `KV_EVENTS`; it takes the subjects `kv-events.>`.
+    /// The stream, e.g. `KV_EVENTS`; it takes the subjects `<subject_prefix>.>`.
     pub(crate) stream: String,
+    /// The subjects' prefix, e.g. `kv-events`.
+    pub(crate) subject_prefix: String,
     /// The Object Store bucket of the snapshots, e.g. `kv-events-snapshots`.
     pub(crate) snapshots: String,
     /// The key-value bucket of present objects, if asked for.
     pub(crate) bucket: Option<String>,
     /// The replicas of what the relay makes (on a cluster: 3).
     pub(crate) replicas: usize,
+    /// How long the bucket's delete markers stay before the relay purges them.
+    pub(crate) marker_age: Duration,
 }
 
 impl Names {
@@ -72,7 +78,12 @@ pub(crate) struct Nats {
     objects: stream::Stream,
     snapshot: Option<JoinHandle<Result<SnapshotMeta, StoreError>>>,
     bucket: Option<JoinHandle<Result<(), StoreError>>>,
+    /// The bucket's delete markers this relay wrote, oldest first, until purged.
+    markers: Markers,
 }
+
+/// Delete markers written: when, the subject, its stream sequence.
+type Markers = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<(Instant, String, u64)>>>;
 
 impl std::fmt::Debug for Nats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,8 +102,13 @@ impl Nats {
             .build()
             .map_err(|e| StoreError::failed("the NATS client's runtime", e))?;
         let (context, loader, stream, objects) = runtime.block_on(async {
+            let said = url.to_owned();
             let client = async_nats::ConnectOptions::new()
                 .retry_on_initial_connect()
+                .event_callback(move |event| {
+                    let url = said.clone();
+                    async move { say(&url, &event) }
+                })
                 .connect(url)
                 .await
                 .map_err(|e| StoreError::failed("connecting to NATS", e))?;
@@ -119,6 +135,7 @@ impl Nats {
             objects,
             snapshot: None,
             bucket: None,
+            markers: Markers::default(),
         })
     }
 
@@ -256,10 +273,12 @@ impl Store for Nats {
             return;
         };
         let context = self.context.clone();
+        let (markers, age) = (self.markers.clone(), self.names.marker_age);
         self.bucket = Some(self.runtime.spawn(async move {
-            write_entries(&context, &bucket, entries).await?;
+            purge_markers(&context, &bucket, &markers, age).await?;
+            write_entries(&context, &bucket, entries, Some(&markers)).await?;
             if let Some(note) = note {
-                write_entries(&context, &Names::positions(&bucket), vec![note]).await?;
+                write_entries(&context, &Names::positions(&bucket), vec![note], None).await?;
             }
             Ok(())
         }));
@@ -446,28 +465,96 @@ async fn write_entries(
     context: &jetstream::Context,
     bucket: &str,
     entries: Vec<Entry>,
+    markers: Option<&Markers>,
 ) -> Result<(), StoreError> {
     let failed = |e: &dyn std::fmt::Display| StoreError::failed("writing to the bucket", e);
     let mut acks = std::collections::VecDeque::new();
+    // A delete marker's subject and stream sequence, noted for its purge.
+    let note = |subject: Option<String>, sequence: u64| {
+        if let (Some(subject), Some(markers)) = (subject, markers) {
+            if let Ok(mut markers) = markers.lock() {
+                markers.push_back((Instant::now(), subject, sequence));
+            }
+        }
+    };
     for (key, value) in entries {
         let subject = format!("$KV.{bucket}.{key}");
-        let publish = match value {
-            Some(value) => Publish::build().payload(value.into()),
-            None => Publish::build().header("KV-Operation", "DEL"),
+        let (publish, marker) = match value {
+            Some(value) => (Publish::build().payload(value.into()), None),
+            None => (
+                Publish::build().header("KV-Operation", "DEL"),
+                Some(subject.clone()),
+            ),
         };
         let ack = context
             .send_publish(subject, publish)
             .await
             .map_err(|e| failed(&e))?;
-        acks.push_back(ack);
+        acks.push_back((marker, ack));
         if acks.len() >= WINDOW {
-            if let Some(ack) = acks.pop_front() {
-                ack.await.map_err(|e| failed(&e))?;
+            if let Some((marker, ack)) = acks.pop_front() {
+                note(marker, ack.await.map_err(|e| failed(&e))?.sequence);
             }
         }
     }
-    for ack in acks {
-        ack.await.map_err(|e| failed(&e))?;
+    for (marker, ack) in acks {
+        note(marker, ack.await.map_err(|e| failed(&e))?.sequence);
+    }
+    Ok(())
+}
+
+/// Purges from `bucket` the delete markers older than `age` (and the oldest past
+/// [`MAX_MARKERS`]): each marker's subject up to and including it, so that a value written
+/// on that key since stays. A watcher of the bucket has `age` to see a deletion; a reader
+/// that loads the bucket finds the key absent either way.
+async fn purge_markers(
+    context: &jetstream::Context,
+    bucket: &str,
+    markers: &Markers,
+    age: Duration,
+) -> Result<(), StoreError> {
+    let due: Vec<(String, u64)> = match markers.lock() {
+        Ok(markers) => {
+            let over = markers.len().saturating_sub(MAX_MARKERS);
+            markers
+                .iter()
+                .enumerate()
+                .take_while(|(k, (at, _, _))| *k < over || at.elapsed() >= age)
+                .map(|(_, (_, subject, sequence))| (subject.clone(), *sequence))
+                .collect()
+        }
+        Err(_) => return Ok(()),
+    };
+    if due.is_empty() {
+        return Ok(());
+    }
+    let failed = |e: &dyn std::fmt::Display| StoreError::failed("purging delete markers", e);
+    let stream = context
+        .get_stream(format!("KV_{bucket}"))
+        .await
+        .map_err(|e| failed(&e))?;
+    let mut purges = std::collections::VecDeque::new();
+    let mut purged = 0;
+    let count = due.len();
+    for (k, (subject, sequence)) in due.into_iter().enumerate() {
+        let stream = stream.clone();
+        purges.push_back(tokio::spawn(async move {
+            stream.purge().filter(subject).sequence(sequence + 1).await
+        }));
+        while purges.len() >= WINDOW || (k + 1 == count && !purges.is_empty()) {
+            if let Some(purge) = purges.pop_front() {
+                purge
+                    .await
+                    .map_err(|e| failed(&e))?
+                    .map_err(|e| failed(&e))?;
+                purged += 1;
+            }
+        }
+    }
+    if let Ok(mut markers) = markers.lock() {
+        // Only this task (one bucket task at a time) removes from the front.
+        let purged = purged.min(markers.len());
+        markers.drain(..purged);
     }
     Ok(())
 }
@@ -482,13 +569,25 @@ async fn ensure(
     let stream = context
         .get_or_create_stream(stream::Config {
             name: names.stream.clone(),
-            subjects: vec!["kv-events.>".into()],
+            subjects: vec![format!("{}.>", names.subject_prefix)],
             duplicate_window: DUPLICATE_WINDOW,
             num_replicas: names.replicas,
             ..Default::default()
         })
         .await
         .map_err(|e| open("opening or making the stream")(&e))?;
+    // An existing stream of that name may hold other subjects (another deployment's).
+    let subjects = &stream.cached_info().config.subjects;
+    if !covers(subjects, &names.subject_prefix) {
+        return Err(StoreError::Unusable {
+            what: format!(
+                "the stream {} exists with the subjects {subjects:?}, which do not hold \
+                 {}.>: give --stream another name, or --subject-prefix the prefix of its \
+                 subjects",
+                names.stream, names.subject_prefix
+            ),
+        });
+    }
     // The Object Store's stream as `create_object_store` makes it, made directly so that
     // an existing one is opened as it is.
     let bucket = &names.snapshots;
@@ -527,6 +626,43 @@ async fn ensure(
         }
     }
     Ok((stream, objects))
+}
+
+/// Says on stderr what the NATS client tells of its connection to `url`: that NATS cannot be
+/// reached (and the client goes on trying), that it is back.
+fn say(url: &str, event: &async_nats::Event) {
+    use async_nats::Event;
+    let what = match event {
+        Event::Disconnected => "connection lost (NATS unreachable?); reconnecting".to_owned(),
+        Event::Connected => "connected".to_owned(),
+        Event::LameDuckMode => "the server is going away (lame duck mode)".to_owned(),
+        Event::ServerError(e) => format!("the server says: {e}"),
+        // Each reconnection attempt that fails is one (an IO error): said by the
+        // `Disconnected` before them, and by the relay's own failures.
+        Event::ClientError(_) | Event::Draining | Event::Closed | Event::SlowConsumer(_) => return,
+    };
+    eprintln!("kv-events relay: NATS at {url}: {what}");
+}
+
+/// Whether one of a stream's `subjects` takes every subject `<prefix>.<token>` (the
+/// backend is one token).
+fn covers(subjects: &[String], prefix: &str) -> bool {
+    let wanted: Vec<&str> = prefix.split('.').collect();
+    subjects.iter().any(|subject| {
+        let tokens: Vec<&str> = subject.split('.').collect();
+        let matches = |(filter, token): (&&str, &&str)| *filter == "*" || filter == token;
+        match tokens.split_last() {
+            // `a.>` takes `a.b.c` when `a` matches the prefix's start.
+            Some((&">", head)) => {
+                head.len() <= wanted.len() && head.iter().zip(&wanted).all(matches)
+            }
+            // `a.*` takes `a.b`: the backend is one token.
+            Some((&"*", head)) => {
+                head.len() == wanted.len() && head.iter().zip(&wanted).all(matches)
+            }
+            _ => false,
+        }
+    })
 }
 
 /// Whether a bucket message is a deletion or a purge rather than a value.
@@ -583,4 +719,30 @@ async fn read_all(
     // The consumer is not needed any more (its inactivity would remove it later).
     let _ = stream.delete_consumer(&consumer.cached_info().name).await;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::covers;
+
+    #[test]
+    fn a_stream_covers_a_prefix_when_a_wildcard_takes_all_its_subjects() {
+        let own = |s: &[&str], prefix| {
+            covers(
+                &s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>(),
+                prefix,
+            )
+        };
+        assert!(own(&["kv-events.>"], "kv-events"));
+        assert!(own(&["orders.*", ">"], "kv-events"));
+        assert!(own(&["prod.>"], "prod.kv"));
+        assert!(own(&["*.kv.>"], "prod.kv"));
+        assert!(!own(&["orders.>"], "kv-events"));
+        assert!(
+            own(&["kv-events.*"], "kv-events"),
+            "the backend is one token"
+        );
+        assert!(!own(&["kv-events"], "kv-events"));
+        assert!(!own(&["prod.kv.x.>"], "prod.kv"));
+    }
 }

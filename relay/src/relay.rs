@@ -30,9 +30,18 @@ const STANDBY_CHECK: Duration = Duration::from_millis(500);
 const STICKY: Duration = Duration::from_secs(3);
 /// After a NATS failure, how long before the next try.
 const RETRY: Duration = Duration::from_secs(1);
-/// The most payload bytes of applied messages held while they cannot be written (NATS
-/// down or slow); past it they are dropped, and the log gets a difference instead.
+/// The most memory applied messages held may take while they cannot be written (NATS down
+/// or slow), counted by [`cost`]; past it they are dropped, and the log gets a difference
+/// instead.
 const MAX_PENDING_BYTES: usize = 256 << 20;
+/// What one held message costs beside its payload's bytes: the message itself, its place
+/// in the queue, the allocator's header and rounding of the payload's allocation.
+const MESSAGE_OVERHEAD: usize = std::mem::size_of::<AppliedMessage>() + 32;
+
+/// The memory a held message takes: its payload's allocation and [`MESSAGE_OVERHEAD`].
+fn cost(message: &AppliedMessage) -> usize {
+    message.payload.capacity() + MESSAGE_OVERHEAD
+}
 /// The fewest log events after which the events rule writes a snapshot (below, the time
 /// rule does): a small state is cheaper to read in the log than to snapshot at every turn.
 const MIN_SNAPSHOT_EVENTS: u64 = 10_000;
@@ -46,6 +55,8 @@ const QUIET: Duration = Duration::from_secs(1);
 pub(crate) struct Options {
     /// The master's `backend_id`: the subject and the snapshot's name.
     pub(crate) backend: String,
+    /// The subjects' prefix (`--subject-prefix`).
+    pub(crate) subject_prefix: String,
     /// The time rule: a snapshot at least this often while the log moves.
     pub(crate) snapshot_every: Duration,
     /// Whether the key-value bucket is written.
@@ -106,6 +117,9 @@ pub(crate) struct Relay<S: Source, T: Store> {
     bucket: Option<Bucket>,
     /// No store request before this (after a failure).
     not_before: Instant,
+    /// Whether this relay wrote the log since it started or last lost a race: a relay
+    /// with nothing to write (an idle master) is ready, not yet the writer.
+    pub(crate) wrote: bool,
     pub(crate) counters: Counters,
 }
 
@@ -131,7 +145,7 @@ impl<S: Source, T: Store> Relay<S, T> {
     /// lack of it.
     pub(crate) fn start(source: S, mut store: T, options: Options) -> Result<Self, StoreError> {
         let backend = options.backend.clone();
-        let subject = subject(&backend);
+        let subject = subject(&options.subject_prefix, &backend);
         let mut held = Held::new(options.bucket);
         let (last, position, snapshot) = match store.load_snapshot(&token(backend.as_bytes()))? {
             Some((meta, content)) => {
@@ -183,6 +197,7 @@ impl<S: Source, T: Store> Relay<S, T> {
             },
             bucket,
             not_before: now,
+            wrote: false,
             counters: Counters::default(),
         })
     }
@@ -218,7 +233,7 @@ impl<S: Source, T: Store> Relay<S, T> {
     /// Takes what the follower applied; past [`MAX_PENDING_BYTES`] held, drops it all.
     fn take_applied(&mut self) {
         for message in self.source.take_applied() {
-            self.pending_bytes += message.payload.len();
+            self.pending_bytes += cost(&message);
             self.pending.push_back(message);
         }
         if self.pending_bytes > MAX_PENDING_BYTES {
@@ -231,8 +246,33 @@ impl<S: Source, T: Store> Relay<S, T> {
 
     fn pop_pending(&mut self) -> Option<AppliedMessage> {
         let message = self.pending.pop_front()?;
-        self.pending_bytes -= message.payload.len();
+        self.pending_bytes -= cost(&message);
         Some(message)
+    }
+
+    /// Drops the held messages the log holds already (by whoever wrote it); with none left,
+    /// gives the queue's memory back.
+    fn prune_pending(&mut self) {
+        if let Some(p) = self.log.position.filter(|p| p.complete) {
+            while self
+                .pending
+                .front()
+                .is_some_and(|m| m.incarnation == p.incarnation && m.sequence < p.next)
+            {
+                self.pop_pending();
+            }
+        }
+        if self.pending.is_empty() && self.pending.capacity() > 1024 {
+            self.pending = VecDeque::new();
+        }
+    }
+
+    /// Puts messages taken back at the head of the pending ones, in their order.
+    fn put_back(&mut self, taken: Vec<AppliedMessage>) {
+        for m in taken.into_iter().rev() {
+            self.pending_bytes += cost(&m);
+            self.pending.push_front(m);
+        }
     }
 
     /// Adds what the follower changed in each publisher's index to what may differ from the
@@ -283,6 +323,9 @@ impl<S: Source, T: Store> Relay<S, T> {
             return Ok(false);
         }
         let mut since = since;
+        // What the writer wrote need not be held: a standby holds only what the log may
+        // still lack, and gives the memory back.
+        self.prune_pending();
         if self.store.last_on(&self.log.subject)? != self.log.last {
             self.log.read(&mut self.store, &mut self.held)?;
             self.forget_changes();
@@ -292,6 +335,7 @@ impl<S: Source, T: Store> Relay<S, T> {
                 bucket.reflected = reflected.stream_sequence;
                 self.held.clean_through(reflected.stream_sequence);
             }
+            self.prune_pending();
             since = now;
         }
         if now - since >= TAKEOVER {
@@ -420,6 +464,7 @@ impl<S: Source, T: Store> Relay<S, T> {
         };
         match self.log.append(&mut self.store, &mut self.held, entry) {
             Ok(Written::Yes(events)) => {
+                self.wrote = true;
                 let lag = timestamp_ms.map_or(0, |t| now_ms().saturating_sub(t));
                 self.counters.written(events, taken.len() as u64, lag);
                 if events > 0 {
@@ -429,14 +474,13 @@ impl<S: Source, T: Store> Relay<S, T> {
                 Ok(true)
             }
             Ok(Written::ReadInstead(raced)) => {
+                // What the log read holds is dropped at the next write; the rest is kept.
+                self.put_back(taken);
                 self.lost(raced);
                 Ok(false)
             }
             Err(e) => {
-                for m in taken.into_iter().rev() {
-                    self.pending_bytes += m.payload.len();
-                    self.pending.push_front(m);
-                }
+                self.put_back(taken);
                 Err(e)
             }
         }
@@ -499,6 +543,7 @@ impl<S: Source, T: Store> Relay<S, T> {
             }
         }
         self.changes[i] = Changes::default();
+        self.wrote = true;
         self.counters.diffs += 1;
         self.counters.diff_events += total;
         self.snapshots.events_since += total;
@@ -514,6 +559,7 @@ impl<S: Source, T: Store> Relay<S, T> {
     fn lost(&mut self, raced: bool) {
         self.forget_changes();
         if raced {
+            self.wrote = false;
             let now = Instant::now();
             self.role = Role::Standby {
                 since: now,
@@ -600,6 +646,24 @@ impl<S: Source, T: Store> Relay<S, T> {
                     next: status.next_sequence.unwrap_or_default(),
                     complete: true,
                 })
+    }
+
+    /// How far behind the master the log is, in milliseconds: 0 when it is up to date;
+    /// else how long ago the master sent the oldest message not written yet (or, with none
+    /// held, the lag of the last write).
+    pub(crate) fn lag_ms(&self) -> u64 {
+        if self.up_to_date() {
+            return 0;
+        }
+        self.pending
+            .front()
+            .and_then(|m| batch::timestamp(&m.payload))
+            .map_or(self.counters.lag_ms, |t| now_ms().saturating_sub(t))
+    }
+
+    /// Whether the relay waits before asking NATS again, after a failure.
+    pub(crate) fn backing_off(&self) -> bool {
+        Instant::now() < self.not_before
     }
 
     /// Whether a snapshot is being written.

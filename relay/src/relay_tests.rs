@@ -165,6 +165,7 @@ impl Source for Fake {
 fn options() -> Options {
     Options {
         backend: BACKEND.into(),
+        subject_prefix: "kv-events".into(),
         snapshot_every: Duration::from_secs(3600),
         bucket: false,
     }
@@ -377,6 +378,7 @@ fn a_second_relay_stands_by_and_takes_over_when_the_log_is_still() {
     turn(&mut second);
     assert_eq!(second.log.last, 2);
     assert!(matches!(second.role, Role::Standby { .. }));
+
     // The writer dies; the log stays still past the takeover delay.
     drop(first);
     second.role = Role::Standby {
@@ -408,6 +410,49 @@ fn a_second_relay_stands_by_and_takes_over_when_the_log_is_still() {
 }
 
 #[test]
+fn a_standby_holds_only_what_the_writer_has_not_written() {
+    let memory = Memory::default();
+    let (mut one, mut two) = (Fake::new(1), Fake::new(1));
+    one.snapshot(0, 9, 3, &[("t", "a")]);
+    two.snapshot(0, 9, 3, &[("t", "a")]);
+    let mut first = relay(one, &memory, options());
+    let mut second = relay(two, &memory, options());
+    turn(&mut first);
+    // The same difference under the same id: a duplicate, not a race; then standby.
+    turn(&mut second);
+    second.role = Role::Standby {
+        since: Instant::now(),
+        checked: Instant::now(),
+    };
+    for k in 0..50 {
+        let key: &'static str = Box::leak(format!("k{k}").into_boxed_str());
+        first.source.publish(0, &[stored("t", key)]);
+        second.source.publish(0, &[stored("t", key)]);
+        turn(&mut first);
+        second.role = Role::Standby {
+            since: Instant::now(),
+            checked: Instant::now() - STANDBY_CHECK,
+        };
+        turn(&mut second);
+        assert_eq!(
+            second.pending_messages(),
+            0,
+            "what the writer wrote is dropped"
+        );
+    }
+    // The writer falls behind: the standby holds what the log lacks, no more.
+    second.source.publish(0, &[stored("t", "late")]);
+    second.role = Role::Standby {
+        since: Instant::now(),
+        checked: Instant::now() - STANDBY_CHECK,
+    };
+    turn(&mut second);
+    assert_eq!(second.pending_messages(), 1);
+    assert_eq!(second.pending_bytes, cost(&second.pending[0]));
+    assert!(second.pending_bytes > second.pending[0].payload.len() + 64);
+}
+
+#[test]
 fn a_write_whose_acknowledgement_was_lost_is_kept_once() {
     let memory = Memory::default();
     let mut fake = Fake::new(1);
@@ -431,6 +476,36 @@ fn a_write_whose_acknowledgement_was_lost_is_kept_once() {
         "the duplicate was dropped"
     );
     assert_eq!(relay.counters.races_lost, 0);
+}
+
+#[test]
+fn a_lost_acknowledgement_retried_regrouped_is_no_race() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    relay.source.publish(0, &[stored("t", "a")]);
+    // Written, but the acknowledgement never comes (NATS restarted meanwhile).
+    memory.shared.borrow_mut().lose_ack = true;
+    assert!(relay.turn(Duration::ZERO).1.is_err());
+    assert_eq!(relay.pending_messages(), 1, "held for the retry");
+    // More comes before the retry: regrouped, under another id, on top of a stale last.
+    relay.source.publish(0, &[stored("t", "b")]);
+    relay.not_before = Instant::now();
+    turn(&mut relay);
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(relay.counters.races_lost, 0, "its own write, not another's");
+    assert_eq!(relay.counters.takeovers, 0);
+    assert_eq!(relay.role, Role::Writer);
+    assert_eq!(
+        kinds(&log),
+        ["diff", "events", "events"],
+        "each message once, no difference"
+    );
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    assert!(relay.up_to_date());
 }
 
 #[test]
@@ -538,5 +613,44 @@ fn the_bucket_is_written_beside_the_log_and_a_relay_started_anew_marks_what_it_l
     assert_eq!(
         memory.shared.borrow().bucket.keys().collect::<Vec<_>>(),
         ["store-a.t.c"]
+    );
+}
+
+#[test]
+fn the_status_line_says_which_relay_writes_and_no_frozen_lag() {
+    let memory = Memory::default();
+    let (mut one, mut two) = (Fake::new(1), Fake::new(1));
+    one.snapshot(0, 9, 3, &[("t", "a")]);
+    two.snapshot(0, 9, 3, &[("t", "a")]);
+    let mut first = relay(one, &memory, options());
+    let mut second = relay(two, &memory, options());
+    turn(&mut first);
+    // The master idle: the second has nothing to write, so it is not the writer.
+    turn(&mut second);
+    let names = ["tcp://m:1".to_owned()];
+    let line = |r: &Relay<Fake, Memory>| crate::status::line(r, &names, Duration::ZERO);
+    assert!(line(&first).contains("; writer\n"), "{}", line(&first));
+    assert!(
+        line(&second).contains("; ready to write (nothing to write yet)\n"),
+        "{}",
+        line(&second)
+    );
+    // A message from long ago, written: up to date, the lag is 0, not the last write's.
+    first.source.publish(0, &[stored("t", "b")]);
+    turn(&mut first);
+    first.counters.lag_ms = 5000;
+    assert!(first.up_to_date());
+    assert!(
+        line(&first).contains("lag 0 messages / 0 ms"),
+        "{}",
+        line(&first)
+    );
+    // A restart: recovering in a new incarnation says no sequence of the old one.
+    first.source.statuses[0].in_sync = false;
+    first.source.statuses[0].incarnation = Some(0xb);
+    assert!(
+        line(&first).contains("tcp://m:1: recovering, incarnation 000000000000000b;"),
+        "{}",
+        line(&first)
     );
 }

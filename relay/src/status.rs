@@ -14,17 +14,18 @@ pub(crate) fn line<S: Source, T: Store>(
     let source = match relay.following() {
         Some(i) => {
             let status = relay.source.status(i);
-            let state = if status.in_sync {
-                "in sync"
-            } else {
-                "recovering"
-            };
-            format!(
-                "{}: {state} before {}, incarnation {:016x}",
-                names[i],
-                status.next_sequence.unwrap_or_default(),
-                status.incarnation.unwrap_or_default()
-            )
+            match (status.in_sync, status.next_sequence, status.incarnation) {
+                (true, Some(next), Some(incarnation)) => format!(
+                    "{}: in sync before {next}, incarnation {incarnation:016x}",
+                    names[i]
+                ),
+                // While it recovers (a restart: a new incarnation), the sequence it had
+                // is not where it stands.
+                (_, _, Some(incarnation)) => {
+                    format!("{}: recovering, incarnation {incarnation:016x}", names[i])
+                }
+                _ => format!("{}: recovering", names[i]),
+            }
         }
         None => "no publisher in sync yet".to_owned(),
     };
@@ -48,12 +49,13 @@ pub(crate) fn line<S: Source, T: Store>(
     });
     let c = &relay.counters;
     let role = match relay.role {
-        Role::Writer => "writer",
-        Role::Standby { .. } => "standby",
+        Role::Writer if relay.wrote => "writer",
+        Role::Writer => "ready to write (nothing to write yet)",
+        Role::Standby { .. } => "standby (another relay writes)",
     };
     let bucket = match (relay.bucket_written(), relay.bucket_pending()) {
         (Some(written), Some(pending)) => {
-            format!(", bucket entries written {written}, acks pending {pending}")
+            format!(", bucket entries written {written}, bucket entries to write {pending}")
         }
         _ => String::new(),
     };
@@ -78,7 +80,7 @@ pub(crate) fn line<S: Source, T: Store>(
         } else {
             ""
         },
-        c.lag_ms,
+        relay.lag_ms(),
         relay.pending_messages(),
         relay.objects(),
         c.races_lost,

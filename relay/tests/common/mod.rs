@@ -51,6 +51,12 @@ impl Process {
     pub fn kill(self) {
         drop(self);
     }
+
+    /// Sends `signal` (SIGSTOP, SIGCONT, ...).
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, signal) };
+    }
 }
 
 impl Drop for Process {
@@ -105,6 +111,16 @@ impl Nats {
             }),
             "nats-server did not listen"
         );
+    }
+
+    /// Kills the server (SIGKILL: a crash), then starts it again on the same port and store
+    /// after `down`.
+    pub fn crash_restart(&mut self, down: Duration) {
+        if let Some(process) = self.process.take() {
+            process.kill();
+        }
+        std::thread::sleep(down);
+        self.up();
     }
 
     /// Stops the server (SIGTERM: it flushes its store), then starts it again on the same
