@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian 12 machine lacks to build and test the publisher.
-# The Rust toolchain (cargo, rustc) is expected to be there already (rustup).
+# The Rust toolchain (cargo, rustc) is expected to be there already (rustup). The Python
+# package's tests run under Debian's pytest (python3-pytest), and scripts/lint.sh checks its
+# types with Debian's mypy: both from Debian, as its pyzmq and msgpack, for the one
+# interpreter they all run on (/usr/bin/python3).
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libzmq3-dev libgtest-dev valgrind shellcheck clang-format
   python3 python3-zmq python3-msgpack python3-prometheus-client python3-venv python3-pip
-  python3-build nats-server)
+  python3-build python3-pytest python3-mypy nats-server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What keeps the code clean, as CI runs it: rustfmt, clippy on every package of the workspace
 # with every target and feature and warnings as errors (and the library's subscriber side
-# alone), clang-format on the C++ sources and headers, ruff on the Python, and shellcheck on
-# every shell script.
+# alone), clang-format on the C++ sources and headers, ruff on the Python and mypy --strict on
+# the Python package, and shellcheck on every shell script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
@@ -26,4 +26,8 @@ clang-format --dry-run --Werror "${cxx_sources[@]}"
 # Every Python file of the repository, by ruff.toml at the root: its rules, then its format.
 ruff check .
 ruff format --check .
+# The Python package's types, strictly (python/pyproject.toml's [tool.mypy]), with Debian's
+# mypy on Debian's interpreter, which has pyzmq's types; its cache in target/ (ignored).
+/usr/bin/python3 -m mypy --strict --config-file python/pyproject.toml \
+  --cache-dir target/mypy-cache python/src
 shellcheck scripts/*.sh integrations/mooncake/*.sh .ci/run

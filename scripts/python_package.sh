@@ -3,7 +3,8 @@
 # the sdist), the wheel installed into a fresh venv, the package's socket tests run there
 # against the installed copy, then a follower from that venv follows `kv-events demo` (with a
 # replay endpoint) and must end with the demo's --dump-index. Run by scripts/test.sh; needs
-# python3-venv, python3-build, python3-zmq and python3-msgpack (scripts/install-deps.sh).
+# python3-venv, python3-build, python3-zmq, python3-msgpack and python3-pytest
+# (scripts/install-deps.sh).
 # KV_EVENTS: the kv-events binary to run (default: target/debug/kv-events, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,8 @@ fi
 echo "python package: built $(basename "$sdist") and $(basename "$wheel")"
 in_sdist=$(tar -tzf "$sdist")
 in_wheel=$("$python" -m zipfile -l "$wheel")
-for file in py.typed __init__.py __main__.py wire.py index.py state.py follower.py cli.py; do
+for file in py.typed __init__.py __main__.py _version.py _errors.py _wire.py _index.py _state.py \
+  _links.py _follower.py cli.py; do
   grep -q "/src/mooncake_kv_events/$file\$" <<<"$in_sdist" \
     || { echo "the sdist lacks $file: $in_sdist" >&2; exit 1; }
   grep -q "^mooncake_kv_events/$file " <<<"$in_wheel" \
@@ -50,12 +52,24 @@ grep -qx "Requires: msgpack, pyzmq" <<<"$shown" || { echo "$shown" >&2; exit 1; 
 help=$("$work/venv/bin/mooncake-kv-indexer" --help)
 grep -q "PUB_ENDPOINT" <<<"$help" || { echo "mooncake-kv-indexer --help: $help" >&2; exit 1; }
 (cd "$work" && "$venv_python" -c "import mooncake_kv_events, sys; print('python package: installed', mooncake_kv_events.__version__, 'at', mooncake_kv_events.__file__, 'for Python', sys.version.split()[0])")
+# Its one version is Cargo.toml's workspace version, in the wheel's name and its metadata.
+cargo_version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)
+grep -qx "Version: $cargo_version" <<<"$shown" \
+  || { echo "the wheel's version is not Cargo.toml's $cargo_version: $shown" >&2; exit 1; }
+case "$(basename "$wheel")" in
+  "mooncake_kv_events-$cargo_version-"*) ;;
+  *) echo "the wheel $(basename "$wheel") is not version $cargo_version" >&2; exit 1 ;;
+esac
 
-# The package's tests with sockets, on the installed copy (they check it is not the tree's).
-(cd "$work" && MOONCAKE_KV_EVENTS_INSTALLED=1 "$venv_python" -B "$root/tests/python/test_follower.py")
+# The package's tests with sockets, asyncio's and the package's own, by pytest (Debian's,
+# seen through --system-site-packages), on the installed copy (they check it is not the
+# tree's).
+(cd "$work" && MOONCAKE_KV_EVENTS_INSTALLED=1 "$venv_python" -B -m pytest -q \
+  "$root/tests/python/test_follower.py" "$root/tests/python/test_async.py" \
+  "$root/tests/python/test_package.py")
 
 # A follower from the venv against the demo: it connects first, the demo waits a second for
-# it, and it stops once the demo wrote its index and it is in sync at that sequence.
+# it, and it stops once the demo wrote its index and it is in sync before its next sequence.
 kv_events=${KV_EVENTS:-target/debug/kv-events}
 [ -x "$kv_events" ] || cargo build --locked --bin kv-events
 pub="ipc://$work/kv.sock"

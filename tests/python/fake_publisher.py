@@ -2,7 +2,8 @@
 (the real stream's messages, or anything at all), and a ROUTER that answers info, replay and
 snapshot requests as the publisher's replay socket does, from the state the test gives it.
 It can also drop events the way a full queue does: their numbers are taken, nothing is sent,
-and the state changes all the same."""
+and the state changes all the same. It numbers its messages as the real publisher does: 0 for
+the first, then one more per message or dropped event."""
 
 import threading
 import time
@@ -24,11 +25,14 @@ class Fake:
         self.incarnation, self.snapshots = incarnation, snapshots
         self.lock = threading.Lock()
         self.truth = {}  # (backend, tenant, key) -> set of media
-        self.sequence = 0
+        self.next_sequence = 0  # the sequence the next message takes; the first is 0
         self.ring = []  # (sequence, payload) of every message sent
         self.infos_served = self.snapshots_served = self.replays_served = 0
         for event in initial:
             self.apply(event)
+        self.start_serving()
+
+    def start_serving(self):
         self.stopping = False
         ready = threading.Event()
         self.thread = threading.Thread(target=self.serve, args=(ready,), daemon=True)
@@ -56,34 +60,47 @@ class Fake:
         with self.lock:
             for event in events:
                 self.apply(event)
-            self.sequence += 1
+            sequence = self.next_sequence
+            self.next_sequence += 1
             body = msgpack.packb([int(time.time() * 1000), list(events), 0])
-            self.ring.append((self.sequence, body))
-            self.xpub.send_multipart([b"", self.sequence.to_bytes(8, "big"), body])
+            self.ring.append((sequence, body))
+            self.xpub.send_multipart([b"", sequence.to_bytes(8, "big"), body])
 
     def drop(self, *events):
         """Events lost before encoding: each takes a number; the state has them."""
         with self.lock:
             for event in events:
                 self.apply(event)
-                self.sequence += 1
+                self.next_sequence += 1
 
     def lose(self, *events):
         """A message lost on the way: numbered, held for replay, not sent to subscribers."""
         with self.lock:
             for event in events:
                 self.apply(event)
-            self.sequence += 1
+            sequence = self.next_sequence
+            self.next_sequence += 1
             body = msgpack.packb([int(time.time() * 1000), list(events), 0])
-            self.ring.append((self.sequence, body))
+            self.ring.append((sequence, body))
 
     def restart(self, incarnation, *initial):
         """Another life of the publisher on the same endpoints: a new incarnation, sequences
-        from 1 again, nothing held for replay, `initial` its state."""
+        from 0 again, nothing held for replay, `initial` its state."""
         with self.lock:
-            self.incarnation, self.sequence, self.ring, self.truth = incarnation, 0, [], {}
+            self.incarnation, self.next_sequence, self.ring, self.truth = incarnation, 0, [], {}
             for event in initial:
                 self.apply(event)
+
+    def rebind(self):
+        """Closes both sockets and binds new ones on the same endpoints, as a publisher that
+        restarted does: its subscribers connect again."""
+        self.stopping = True
+        self.thread.join()
+        self.xpub.close()
+        self.xpub = self.context.socket(zmq.XPUB)
+        self.xpub.setsockopt(zmq.LINGER, 0)
+        self.xpub.bind(self.pub)
+        self.start_serving()
 
     def send_raw(self, frames):
         self.xpub.send_multipart(frames)
@@ -123,6 +140,8 @@ class Fake:
         with self.lock:
             if request == [b"", b"info"]:
                 self.infos_served += 1
+                # Holding nothing, the oldest a replay can send is the next message.
+                oldest = self.ring[0][0] if self.ring else self.next_sequence
                 return [
                     [
                         b"info",
@@ -131,8 +150,8 @@ class Fake:
                                 "incarnation": self.incarnation,
                                 "backend_id": "b",
                                 "dp_rank": 0,
-                                "last_sequence": self.sequence,
-                                "oldest_sequence": self.ring[0][0] if self.ring else 0,
+                                "next_sequence": self.next_sequence,
+                                "oldest_sequence": oldest,
                                 "snapshots": self.snapshots,
                             }
                         ),
@@ -162,7 +181,7 @@ class Fake:
                         b"snapshot-end",
                         msgpack.packb(
                             {
-                                "sequence": self.sequence,
+                                "next_sequence": self.next_sequence,
                                 "objects": len(self.truth),
                                 "events": len(events),
                                 "incarnation": self.incarnation,

@@ -1,8 +1,9 @@
 """A follower of `kv-events demo`, through the `mooncake_kv_events` package as an indexer
 author would use it: it follows PUB_ENDPOINT and REPLAY_ENDPOINT until the demo has written
-its --dump-index EXPECTED and the follower is in sync at that sequence, then checks that its
-objects() are the demo's, and says how fast it applied what it read. Exit status 0 when they
-are equal, 1 when not or when that takes over --timeout seconds.
+its --dump-index EXPECTED and the follower is in sync with every message numbered below its
+next_sequence, then checks that its objects() are the demo's, and says how fast it applied
+what it read. Exit status 0 when they are equal, 1 when not or when that takes over
+--timeout seconds.
 
     python3 tests/python/follow_demo.py PUB_ENDPOINT REPLAY_ENDPOINT EXPECTED [--timeout S]
         [--pause S]
@@ -28,14 +29,15 @@ def rendered(value):
 
 
 def expected_index(path):
-    """(objects, last_sequence) of the demo's --dump-index, once it is written whole."""
+    """(objects, next_sequence) of the demo's --dump-index, once it is written whole: every
+    message of the workload is numbered below next_sequence."""
     try:
         with open(path) as f:
             expected = json.load(f)
     except (OSError, ValueError):
         return None
     objects = sorted((tenant, key, tuple(media)) for _, tenant, key, media in expected["objects"])
-    return objects, expected["last_sequence"]
+    return objects, expected["next_sequence"]
 
 
 def main():
@@ -76,10 +78,10 @@ def main():
                 args.pause = 0.0
                 # What came before the pause is not timed.
                 counters = follower.counters()
-                first, base = None, counters["events"] + counters["snapshot_events"]
+                first, base = None, counters.events + counters.snapshot_events
                 continue
             counters = follower.counters()
-            events = counters["events"] + counters["snapshot_events"]
+            events = counters.events + counters.snapshot_events
             if events != applied:
                 first = first or before
                 last, applied = time.monotonic(), events
@@ -88,7 +90,7 @@ def main():
             if (
                 expected is not None
                 and follower.in_sync()
-                and follower.states[0].last >= expected[1]
+                and follower.statuses()[0].next_sequence >= expected[1]
             ):
                 break
         objects = sorted(
@@ -97,26 +99,26 @@ def main():
         [stats] = follower.stats()
     finally:
         follower.close()
-    kinds = [r.kind for r in recoveries]
+    kinds = [str(r.kind) for r in recoveries]
     busy = (last - first) if first is not None and last > first else 0.0
     snapshot = next((r for r in recoveries if r.kind == "snapshot"), None)
     joined = next((r.seconds for r in recoveries if r.kind == "in_sync"), None)
     timed = stats["events"] + stats["snapshot_events"] - base
     print(
-        f"follow_demo: {len(objects)} objects at sequence {stats['last_sequence']}, "
+        f"follow_demo: {len(objects)} objects, next sequence {stats['next_sequence']}, "
         f"{stats['events']} events and {stats['snapshot_events']} snapshot events applied, "
         f"{timed} of them in {busy:.2f} s ({timed / max(busy, 1e-9):,.0f} events/s);"
         f" in sync {joined if joined is None else round(joined, 2)} s after the "
         f"start{'' if snapshot is None else ', by a snapshot'}; recoveries {kinds}; gaps "
         f"{stats['gaps']}, replays {stats['replays']}, malformed {stats['malformed']}"
     )
-    if objects != expected[0] or stats["last_sequence"] != expected[1]:
+    if objects != expected[0] or stats["next_sequence"] != expected[1]:
         have, want = set(objects), set(expected[0])
         missing = sorted(want - have)[:5]
         extra = sorted(have - want)[:5]
         sys.exit(
             f"follow_demo: the index is not the demo's: missing {missing}, extra {extra}, "
-            f"last sequence {stats['last_sequence']} against {expected[1]}"
+            f"next sequence {stats['next_sequence']} against {expected[1]}"
         )
     print(f"follow_demo: the index equals the demo's ({len(objects)} objects)")
 

@@ -7,9 +7,10 @@ meanwhile; it installs the snapshot, drops the held messages it already covers a
 the rest in order. A gap in the sequence is filled by a replay while the publisher still
 holds the range, and by a new snapshot when it does not; a new incarnation, or a sequence
 going back, is a restart, answered by a snapshot. A publisher without snapshots is rebuilt
-by a replay from sequence 1 while it holds it, and otherwise followed from the stream with
-its index marked incomplete. Without a replay endpoint it does what it can alone: on a gap
-it forgets that publisher's index and rebuilds it from the stream (incomplete).
+by a replay from sequence 0, its first message, while it holds it, and otherwise followed
+from the stream with its index marked incomplete. Without a replay endpoint it does what it
+can alone: on a gap it forgets that publisher's index and rebuilds it from the stream
+(incomplete).
 Malformed messages are counted and skipped, never fatal.
 
     pip install ./python                        # the mooncake-kv-indexer command
@@ -25,7 +26,8 @@ publisher given):
     mooncake-kv-indexer --publisher tcp://master-0:5557,tcp://master-0:5558 \\
         --curve-server-key master-0.pub --curve-secret-key indexer-a.key
 
-A publisher that refuses the indexer makes it exit 1 with the reason instead of waiting.
+A publisher that refuses the indexer makes it exit 1 with the reason instead of waiting;
+so does --idle-timeout when no publisher was ever reached (after writing --dump and --stats).
 Ctrl-C or SIGTERM stops it cleanly: it writes --dump and --stats, prints its counters and
 exits 0.
 
@@ -46,8 +48,10 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from .follower import CurveKeys, Follower, Refused, load_curve_keys
-from .index import write_dump
+from ._errors import Refused, Unreachable
+from ._follower import Follower
+from ._index import write_dump
+from ._links import CurveKeys, endpoint, load_curve_keys
 
 __all__ = ["main", "parse_publisher"]
 
@@ -57,7 +61,12 @@ def parse_publisher(text: str) -> tuple[str, str | None]:
     parts = text.split(",")
     if len(parts) > 2 or not all(parts):
         raise argparse.ArgumentTypeError(f"{text!r}: expected PUB_ENDPOINT[,REPLAY_ENDPOINT]")
-    return parts[0], parts[1] if len(parts) == 2 else None
+    try:
+        stream = endpoint(parts[0], "the PUB endpoint")
+        replay = endpoint(parts[1], "the replay endpoint") if len(parts) == 2 else None
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return stream, replay
 
 
 def read_curve_keys(args: argparse.Namespace) -> CurveKeys:
@@ -83,7 +92,8 @@ def parser() -> argparse.ArgumentParser:
         "--idle-timeout",
         type=float,
         default=None,
-        help="exit after this many seconds without a message",
+        help="exit after this many seconds without a message (status 1 if no publisher "
+        "was ever reached)",
     )
     p.add_argument(
         "--dump",
@@ -130,7 +140,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         p.error("--curve-server-key and --curve-secret-key go together")
     curve_keys = read_curve_keys(args) if args.curve_server_key is not None else None
 
-    follower = Follower(publishers, topic=args.topic.encode(), curve_keys=curve_keys, note=note)
+    try:
+        follower = Follower(publishers, topic=args.topic.encode(), curve_keys=curve_keys, note=note)
+    except (TypeError, ValueError) as e:
+        p.error(str(e))
     for stream, replay in publishers:
         note(f"subscribed to {stream}" + (f", replay socket {replay}" if replay else ""))
     stopped: list[int] = []
@@ -141,14 +154,16 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, on_signal)
+    unreachable: Unreachable | None = None
     try:
         follower.run(idle_timeout=args.idle_timeout)
     except Refused as why:
         follower.close()
-        sys.exit(f"indexer: {why.publisher}: the publisher refused this indexer: {why}")
+        sys.exit(f"indexer: {why.publisher}: the publisher refused this indexer: {why.reason}")
+    except Unreachable as why:
+        unreachable = why
     if stopped:
         note(f"stopped by signal {stopped[0]}")
-    states = follower.states
     chosen = None if args.union else follower.freshest()
     objects = follower.objects(chosen, union=chosen is None)
     if args.dump:
@@ -162,8 +177,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                 out,
                 indent=1,
             )
-    for state in states:
-        print(state.summary())
+    for summary in follower.summaries():
+        print(summary)
     whose = "the union of the publishers' indexes" if chosen is None else f"the index of {chosen}"
     print(f"{count} objects indexed: {whose}", flush=True)
     follower.close()
+    if unreachable is not None:
+        sys.exit(f"indexer: {unreachable}")

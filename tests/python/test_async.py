@@ -1,0 +1,165 @@
+"""Tests of `AsyncFollower`, the package's follower for asyncio, against the fake publisher
+(tests/python/fake_publisher.py): a join, events and a gap as `Follower` has them, on a loop
+that it never blocks for long, with a `zmq.asyncio.Context` of the caller's or its own.
+Run by pytest (each test runs its own loop with asyncio.run)."""
+
+import asyncio
+import sys
+import time
+
+import pytest
+import zmq
+import zmq.asyncio
+
+import conftest  # noqa: F401  (the package under test on sys.path, as a script too)
+import fake_publisher
+from mooncake_kv_events import AsyncFollower, Follower, RecoveryKind, Unreachable
+
+
+def stored(key, medium="cpu", tenant="t"):
+    return {
+        "event_type": "stored",
+        "backend_id": "b",
+        "tenant_id": tenant,
+        "object_key": key,
+        "medium": medium,
+    }
+
+
+async def until(follower, condition, what, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await follower.poll(0.05)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    publisher = fake_publisher.Fake(tmp_path, [stored("a")])
+    yield publisher
+    publisher.close()
+
+
+def test_an_async_follower_joins_applies_and_replays(fake):
+    events, recoveries = [], []
+
+    async def main():
+        context = zmq.asyncio.Context()
+        try:
+            async with AsyncFollower(
+                [(fake.pub, fake.router)],
+                context=context,
+                on_event=lambda *args: events.append(args),
+                on_recovery=recoveries.append,
+            ) as follower:
+                await until(follower, follower.in_sync, "in sync")
+                fake.publish(stored("b"))
+                fake.lose(stored("lost"))
+                fake.publish(stored("c"))
+                await until(follower, lambda: len(events) == 3, "the events")
+                await until(follower, follower.in_sync, "in sync again")
+                return list(follower.objects()), follower.counters(), follower.statuses()
+        finally:
+            context.destroy(linger=0)
+
+    objects, counters, [status] = asyncio.run(main())
+    assert [key for _, key, _ in objects] == [b"a", b"b", b"c", b"lost"]
+    assert [r.kind for r in recoveries] == [
+        RecoveryKind.SNAPSHOT,
+        RecoveryKind.IN_SYNC,
+        RecoveryKind.GAP,
+        RecoveryKind.REPLAY,
+        RecoveryKind.IN_SYNC,
+    ]
+    assert (counters.replays, counters.snapshots, counters.events) == (1, 1, 3), counters
+    assert status.reached and status.in_sync and status.next_sequence == 3
+
+
+MESSAGES = 8000
+
+
+def test_an_async_follower_never_blocks_the_loop_long(fake):
+    """A burst of 8,000 messages of 64 events in its socket: while the follower applies them,
+    another task of the loop still runs between every few slices of 64 messages (a follower
+    that read its 1,000 messages a poll at once would let it run about 8 times)."""
+    batch = [stored(f"k{i:02}") for i in range(64)]
+    gaps = []
+
+    async def ticker(stop):
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.002)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    async def main():
+        async with AsyncFollower([(fake.pub, fake.router)]) as follower:
+            await until(follower, follower.in_sync, "in sync")
+            for _ in range(MESSAGES):
+                fake.publish(*batch)
+            time.sleep(0.5)  # let the burst reach the follower's socket
+            stop = asyncio.Event()
+            task = asyncio.create_task(ticker(stop))
+            started = time.monotonic()
+            await until(follower, lambda: follower.counters().events == MESSAGES * 64, "the burst")
+            took = time.monotonic() - started
+            stop.set()
+            await task
+            return took
+
+    took = asyncio.run(main())
+    # The loop gets its turn every 64 messages: here at least every eighth time.
+    assert len(gaps) >= MESSAGES // (8 * 64), (took, len(gaps), max(gaps))
+    assert max(gaps) < 0.5, (took, len(gaps), max(gaps))
+
+
+def test_an_async_follower_takes_a_blocking_context_and_raises_unreachable():
+    async def main():
+        context = zmq.Context()
+        try:
+            async with AsyncFollower(["tcp://127.0.0.1:1"], context=context) as follower:
+                with pytest.raises(Unreachable, match="tcp://127.0.0.1:1: nothing accepted"):
+                    await follower.run(idle_timeout=1)
+                [status] = follower.statuses()
+                assert not status.reached and "nothing accepted" in status.failing
+        finally:
+            context.destroy(linger=0)
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_run_leaves_a_follower_that_goes_on(fake):
+    async def main():
+        async with AsyncFollower([(fake.pub, fake.router)]) as follower:
+            task = asyncio.create_task(follower.run())
+            await asyncio.sleep(0.5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await until(follower, follower.in_sync, "in sync")
+            fake.publish(stored("b"))
+            await until(follower, lambda: follower.counters().events == 1, "the event")
+            # stop() ends a run as it does Follower's.
+            later = asyncio.get_running_loop().call_later(0.3, follower.stop)
+            started = time.monotonic()
+            await follower.run(30)
+            later.cancel()
+            assert time.monotonic() - started < 5
+            return [key for _, key, _ in follower.objects()]
+
+    assert asyncio.run(main()) == [b"a", b"b"]
+
+
+def test_the_blocking_follower_refuses_an_asyncio_context_naming_the_fix():
+    context = zmq.asyncio.Context()
+    try:
+        with pytest.raises(TypeError, match=r"AsyncFollower\(publishers, context=...\)"):
+            Follower(["tcp://127.0.0.1:5557"], context=context)
+    finally:
+        context.destroy(linger=0)
+
+
+if __name__ == "__main__":
+    # `python3 tests/python/THIS_FILE.py [pytest options]` runs this file under pytest.
+    raise SystemExit(pytest.main([__file__, *sys.argv[1:]]))
