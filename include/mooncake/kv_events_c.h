@@ -160,7 +160,7 @@ typedef struct kv_events_publisher kv_events_publisher;
   /* true: a removed that leaves the object readable on another medium is followed, in the same    \
    * message, by a stored for each medium left (for readers that keep only presence by key) */     \
   BOOL(reannounce_remaining, false)                                                                \
-  /* a tenant, key or group that is not UTF-8: "skip" (not published, counted; "" or NULL too),   \
+  /* a tenant, key or group that is not UTF-8: "skip" (not published, counted; "" or NULL too),    \
    * "bin" (msgpack bin) or "str" (msgpack str holding the raw bytes) */                           \
   STRING(non_utf8, "skip")
 
@@ -290,7 +290,7 @@ MOONCAKE_KV_EVENTS_API int kv_events_on_remove_all(kv_events_publisher* publishe
     "Event calls with a media bit other than cpu and disk, or a put commit with no medium.")       \
   X(replay_bytes_in_flight, gauge,                                                                 \
     "Bytes of replayed messages not yet written to their requesters.")                             \
-  X(heartbeats, counter, "Messages with no event sent after a silence.")                          \
+  X(heartbeats, counter, "Messages with no event sent after a silence.")                           \
   X(skipped_non_utf8_events, counter,                                                              \
     "Events not published: a tenant, key or group not UTF-8 with kv_events_non_utf8=skip.")
 
