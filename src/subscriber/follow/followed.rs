@@ -54,8 +54,7 @@ pub(super) struct Followed {
     pub(super) changes: Option<Changes>,
     /// The messages applied and not taken yet (incarnation, sequence, payload), when
     /// [`FollowOptions::keep_applied`] is on.
-    pub(super) applied: Vec<(u64, u64, Vec<u8>)>,
-    keep_applied: bool,
+    pub(super) applied: Option<Vec<(u64, u64, Vec<u8>)>>,
     incarnation: Option<u64>,
     /// The sequence of the next stream message the index takes: it reflects every one
     /// below. `None` before the first snapshot.
@@ -127,8 +126,7 @@ impl Followed {
             dealer,
             index: Index::new(),
             changes: options.track_changes.then(Changes::everything),
-            applied: Vec::new(),
-            keep_applied: options.keep_applied,
+            applied: options.keep_applied.then(Vec::new),
             incarnation: None,
             next: None,
             stream_last: None,
@@ -362,10 +360,9 @@ impl Followed {
         }
         self.counters.messages += 1;
         self.next = Some(message.sequence.saturating_add(1));
-        if self.keep_applied {
+        if let Some(applied) = &mut self.applied {
             let incarnation = self.incarnation.unwrap_or_default();
-            self.applied
-                .push((incarnation, message.sequence, message.payload().to_vec()));
+            applied.push((incarnation, message.sequence, message.payload().to_vec()));
         }
     }
 

@@ -79,7 +79,10 @@ impl Follower {
                 followed.act(&self.options, &mut notice);
             }
             let now = Instant::now();
-            let applied = self.followed.iter().any(|f| !f.applied.is_empty());
+            let applied = self
+                .followed
+                .iter()
+                .any(|f| f.applied.as_ref().is_some_and(|a| !a.is_empty()));
             if !notices.is_empty() || applied || now >= deadline {
                 return notices;
             }
@@ -128,9 +131,11 @@ impl Follower {
     pub fn take_applied(&mut self) -> Vec<AppliedMessage> {
         let mut out = Vec::new();
         for (upstream, followed) in self.followed.iter_mut().enumerate() {
+            let Some(applied) = &mut followed.applied else {
+                continue;
+            };
             out.extend(
-                followed
-                    .applied
+                applied
                     .drain(..)
                     .map(|(incarnation, sequence, payload)| AppliedMessage {
                         upstream,
