@@ -50,7 +50,10 @@ if ! grep -qx 'libzmq.so.5' <<<"$needed" || grep -q 'libstdc++' <<<"$needed"; th
   echo "subscriber_only.sh: $binary needs: $needed" >&2
   exit 1
 fi
-if ! ldd "$binary" | grep -q '^[[:space:]]*libzmq.so.5 => /'; then
+# Read whole before grep: `grep -q` stops at the first match, and with pipefail the SIGPIPE
+# ldd may then get fails the check.
+linked="$(ldd "$binary")"
+if ! grep -q '^[[:space:]]*libzmq.so.5 => /' <<<"$linked"; then
   echo "subscriber_only.sh: the system libzmq is not what $binary runs with:" >&2
   ldd "$binary" >&2
   exit 1
