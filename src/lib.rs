@@ -22,6 +22,42 @@
 //! Features: `publisher` (the default) is all of the above; `subscriber` alone (with
 //! `default-features = false`) is [`subscriber`], [`wire`]'s decoders, [`keys`] and the
 //! vocabulary they use, built without a C++ compiler (no `cxx`, no bridge, no libstdc++).
+//! docs/glossary.md names each term of this crate in every language and surface.
+//!
+//! A publisher and a subscriber in one process (with the `publisher` feature): the master's
+//! call becomes a `stored` event that the subscriber reads from the stream.
+//!
+//! ```
+//! # #[cfg(feature = "publisher")]
+//! # {
+//! use mooncake_kv_events::subscriber::Subscriber;
+//! use mooncake_kv_events::{Config, EventKind, Medium, MediumSet, Publisher};
+//! use mooncake_kv_events::wire::Event;
+//! use std::time::{Duration, Instant};
+//!
+//! let endpoint = format!("ipc:///tmp/kv-events-doc-{}.sock", std::process::id());
+//! let publisher = Publisher::create(&Config {
+//!     enable_kv_events: true,
+//!     bind_endpoint: endpoint.clone(),
+//!     backend_id: "store-a".into(),
+//!     ..Config::default()
+//! })?;
+//! let mut subscriber = Subscriber::connect(&endpoint, 100_000)?;
+//! // A SUB socket's subscription reaches the publisher a little after it connects: until
+//! // then what the publisher sends is not for it, so the call is made again until it arrives.
+//! let deadline = Instant::now() + Duration::from_secs(60);
+//! let event = loop {
+//!     assert!(Instant::now() < deadline, "nothing arrived");
+//!     publisher.on_put_commit("tenant-a", "object-1", "group-1", MediumSet::from([Medium::Cpu]));
+//!     if let Some(batch) = subscriber.recv_as::<Event>(Duration::from_millis(100))? {
+//!         break batch.events.into_iter().next().expect("a batch holds events");
+//!     }
+//! };
+//! assert_eq!(event.event_type, EventKind::Stored);
+//! assert_eq!(event.medium, Some(Medium::Cpu));
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 // missing_docs is denied for the whole workspace (Cargo.toml's [workspace.lints]).
 #![warn(missing_debug_implementations, unreachable_pub, unsafe_op_in_unsafe_fn)]
 

@@ -11,6 +11,31 @@
 //! - `stop`: [`catch_stop_signals`], Ctrl-C and SIGTERM as a flag a program's loop checks.
 //!
 //! Messages are decoded by [`crate::wire`].
+//!
+//! A router's view of one master: a [`Follower`] of its upstream (the PUB endpoint and the
+//! replay endpoint), polled in the router's loop, asked where an object is.
+//!
+//! ```no_run
+//! use mooncake_kv_events::subscriber::{FollowOptions, Follower, Upstream};
+//! use mooncake_kv_events::Medium;
+//! use std::time::Duration;
+//!
+//! let upstream = Upstream::new("tcp://master-0:5557", "tcp://master-0:5558");
+//! let mut follower = Follower::new(vec![upstream], FollowOptions::default())?;
+//! loop {
+//!     // Notices say what the follower did to stay right: a snapshot, a replayed gap, a restart.
+//!     for notice in follower.poll(Duration::from_millis(100)) {
+//!         eprintln!("{notice:?}");
+//!     }
+//!     if follower.in_sync() {
+//!         let media = follower.index(0).get(b"tenant-a", b"object-1");
+//!         if media.contains(Medium::Cpu) {
+//!             // route the request for object-1 to this master's backend
+//!         }
+//!     }
+//! }
+//! # Ok::<(), String>(())
+//! ```
 
 mod catchup;
 mod follow;
