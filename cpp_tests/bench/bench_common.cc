@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cinttypes>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -325,8 +326,13 @@ std::string ns_text(double ns) {
 int g_smoke_failures = 0;
 
 void expect_events(const char* phase, const SubscriberCounts& counts) {
-  if (!counts.ok || counts.events == 0) {
-    std::printf("  !! %s: the subscriber received no events\n", phase);
+  if (!counts.ok) {
+    std::printf("  !! %s: the subscriber did not report\n", phase);
+    ++g_smoke_failures;
+  } else if (counts.events == 0) {
+    std::printf("  !! %s: the subscriber received no events (%" PRIu64 " messages, %" PRIu64
+                " of them bad, next sequence %" PRIu64 ")\n",
+                phase, counts.messages, counts.bad, counts.next_sequence);
     ++g_smoke_failures;
   }
 }

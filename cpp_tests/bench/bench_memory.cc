@@ -97,11 +97,11 @@ void flood_phase(const Options& o) {
     std::thread producer([&] {
       const std::vector<std::string>& k = keys();
       size_t i = 0;
-      while (!stop.load(std::memory_order_relaxed)) {
+      do {  // one round at least: a thread started after the samples still publishes
         for (int j = 0; j < 1024; ++j, ++i) {
           library->on_put_commit(w.tenant, k[i & (kKeys - 1)], w.group, kCpu);
         }
-      }
+      } while (!stop.load(std::memory_order_relaxed));
       calls = i;
     });
     std::vector<double> samples;

@@ -31,6 +31,9 @@ uint64_t monotonic_ns() {
 // unless the command says otherwise.
 constexpr uint64_t kGiveUpMs = 1000;
 
+// How long one turn of the subscriber's loop waits for a message while a command is pending.
+constexpr long kTurnMs = 20;
+
 // The number of events in a batch payload `[timestamp_ms, [event, ...], dp_rank]`, read from
 // the array headers only; -1 when the payload does not start that way.
 int64_t events_in_payload(const uint8_t* p, size_t size) {
@@ -140,6 +143,12 @@ class Counter {
     if (counts_.first_ns == 0) counts_.first_ns = now;
     counts_.last_ns = now;
     progress_ns_ = now;
+    quiet_turns_ = 0;
+  }
+
+  // One turn of the loop that took `taken` messages.
+  void turned(int taken) {
+    if (taken == 0) ++quiet_turns_;
   }
 
   // Starts working on one command line.
@@ -160,6 +169,7 @@ class Counter {
       target_ = target;
       give_up_ns_ = give_up_ms * 1000000u;
       progress_ns_ = monotonic_ns();
+      quiet_turns_ = 0;
     }
   }
 
@@ -168,7 +178,12 @@ class Counter {
   void settle() {
     if (pending_.empty()) return;
     const bool reached = target_ == 0 || (have_next_ && next_ >= target_);
-    if (!reached && monotonic_ns() - progress_ns_ < give_up_ns_) return;
+    // Silence is the give-up time gone by and as many turns of the loop, each of which waited
+    // for a message, that found none: a process a busy machine did not run for that long
+    // heard no silence, its messages may be waiting in its I/O thread.
+    const bool silent = monotonic_ns() - progress_ns_ >= give_up_ns_ &&
+                        quiet_turns_ * kTurnMs * 1000000u >= give_up_ns_;
+    if (!reached && !silent) return;
     if (pending_ == "SYNC") {
       counts_ = SubscriberCounts();
       // Whatever did not arrive belongs to the phase before: count gaps from the target on.
@@ -203,6 +218,7 @@ class Counter {
   std::string pending_;
   uint64_t target_ = 0;
   uint64_t progress_ns_ = 0;
+  uint64_t quiet_turns_ = 0;  // turns of the loop since progress_ns_ that took nothing
   uint64_t give_up_ns_ = kGiveUpMs * 1000000u;
   uint64_t paused_until_ns_ = 0;
   bool quit_ = false;
@@ -269,10 +285,10 @@ int run_subscriber(const SubscriberOptions& options) {
     zmq_pollitem_t items[2] = {{socket, 0, ZMQ_POLLIN, 0}, {nullptr, STDIN_FILENO, ZMQ_POLLIN, 0}};
     const bool paused = counter.paused();
     if (paused) items[0].events = 0;
-    const long timeout_ms = counter.pending() || paused ? 20 : 1000;
+    const long timeout_ms = counter.pending() || paused ? kTurnMs : 1000;
     if (zmq_poll(items, 2, timeout_ms) < 0 && zmq_errno() != EINTR) break;
     // Take what the socket holds even without an event: zmq_poll is edge-triggered inside.
-    if (!paused) counter.receive_available(4096);
+    counter.turned(paused ? 0 : counter.receive_available(4096));
     if (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) {
       char chunk[256];
       const ssize_t n = read(STDIN_FILENO, chunk, sizeof chunk);
