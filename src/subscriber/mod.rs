@@ -34,7 +34,7 @@
 //!         }
 //!     }
 //! }
-//! # Ok::<(), String>(())
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod catchup;
