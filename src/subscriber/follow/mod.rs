@@ -32,14 +32,16 @@
 //! what happened as [`Notice`]s.
 
 mod changes;
-mod followed;
+mod links;
 mod notice;
 mod options;
+mod state;
 
 use super::index::Index;
 pub use changes::{Changes, Keys};
-use followed::Followed;
-pub use notice::{AppliedMessage, Counters, Happened, Notice, Status};
+pub use links::FollowError;
+use links::Followed;
+pub use notice::{AppliedMessage, FollowerCounters, Notice, NoticeKind, Status};
 pub use options::{FollowOptions, Upstream};
 use std::time::{Duration, Instant};
 
@@ -57,7 +59,7 @@ impl Follower {
     /// Subscribes to every upstream (ZeroMQ connects in the background: a publisher not up
     /// yet is followed once it is). The first [`Follower::poll`] asks for the snapshots.
     /// The error names the endpoint that cannot be used.
-    pub fn new(upstreams: Vec<Upstream>, options: FollowOptions) -> Result<Follower, String> {
+    pub fn new(upstreams: Vec<Upstream>, options: FollowOptions) -> Result<Follower, FollowError> {
         let now = Instant::now();
         let followed = upstreams
             .into_iter()
@@ -74,15 +76,14 @@ impl Follower {
         let mut notices = Vec::new();
         loop {
             for (upstream, followed) in self.followed.iter_mut().enumerate() {
-                let mut notice = |event| notices.push(Notice { upstream, event });
-                followed.read(&self.options, &mut notice);
-                followed.act(&self.options, &mut notice);
+                let mut notice = |kind| notices.push(Notice { upstream, kind });
+                followed.step(&self.options, &mut notice);
             }
             let now = Instant::now();
             let applied = self
                 .followed
                 .iter()
-                .any(|f| f.applied.as_ref().is_some_and(|a| !a.is_empty()));
+                .any(|f| f.state.applied.as_ref().is_some_and(|a| !a.is_empty()));
             if !notices.is_empty() || applied || now >= deadline {
                 return notices;
             }
@@ -110,7 +111,7 @@ impl Follower {
     // The name says what it returns; `follower[i]` would not.
     #[allow(clippy::should_implement_trait)]
     pub fn index(&self, upstream: usize) -> &Index {
-        &self.followed[upstream].index
+        &self.followed[upstream].state.index
     }
 
     /// Which objects of publisher `upstream`'s index may have changed since the last call
@@ -118,7 +119,7 @@ impl Follower {
     /// keeps its own copy compares only those. Everything, always, unless
     /// [`FollowOptions::track_changes`] is on. Panics if there is no such upstream.
     pub fn take_changes(&mut self, upstream: usize) -> Changes {
-        match &mut self.followed[upstream].changes {
+        match &mut self.followed[upstream].state.changes {
             Some(changes) => std::mem::take(changes),
             None => Changes::everything(),
         }
@@ -131,7 +132,7 @@ impl Follower {
     pub fn take_applied(&mut self) -> Vec<AppliedMessage> {
         let mut out = Vec::new();
         for (upstream, followed) in self.followed.iter_mut().enumerate() {
-            let Some(applied) = &mut followed.applied else {
+            let Some(applied) = &mut followed.state.applied else {
                 continue;
             };
             out.extend(
@@ -153,7 +154,7 @@ impl Follower {
     pub fn union(&self) -> Index {
         let mut union = Index::new();
         for followed in &self.followed {
-            union.merge(&followed.index);
+            union.merge(&followed.state.index);
         }
         union
     }
@@ -161,31 +162,32 @@ impl Follower {
     /// The publisher in sync that was heard from last: in an HA deployment, the leader.
     pub fn freshest(&self) -> Option<usize> {
         (0..self.followed.len())
-            .filter(|&i| self.followed[i].in_sync())
-            .max_by_key(|&i| self.followed[i].last_heard)
+            .filter(|&i| self.followed[i].state.in_sync())
+            .max_by_key(|&i| self.followed[i].state.last_heard)
     }
 
     /// Where publisher `upstream`'s index stands. Panics if there is no such upstream.
     pub fn status(&self, upstream: usize) -> Status {
-        self.followed[upstream].status()
+        let followed = &self.followed[upstream];
+        followed.state.status(&followed.upstream.endpoint)
     }
 
     /// Whether every publisher's index is in sync.
     pub fn in_sync(&self) -> bool {
-        self.followed.iter().all(Followed::in_sync)
+        self.followed.iter().all(|f| f.state.in_sync())
     }
 
     /// Publisher `upstream`'s counters. Panics if there is no such upstream.
-    pub fn upstream_counters(&self, upstream: usize) -> &Counters {
-        &self.followed[upstream].counters
+    pub fn upstream_counters(&self, upstream: usize) -> &FollowerCounters {
+        &self.followed[upstream].state.counters
     }
 
     /// The counters of every publisher added up; `last_convergence` is the longest of the
     /// publishers' last ones.
-    pub fn counters(&self) -> Counters {
-        let mut sum = Counters::default();
+    pub fn counters(&self) -> FollowerCounters {
+        let mut sum = FollowerCounters::default();
         for followed in &self.followed {
-            sum.add(&followed.counters);
+            sum.add(&followed.state.counters);
         }
         sum
     }
