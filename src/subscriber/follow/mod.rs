@@ -3,9 +3,9 @@
 //!
 //! For each publisher (a PUB endpoint and its replay endpoint, the master's
 //! `kv_events_bind_endpoint` and `kv_events_replay_endpoint`) the follower subscribes first,
-//! then asks the replay socket for a snapshot, and buffers the live messages meanwhile. The
+//! then asks the replay socket for a snapshot, and holds the live messages meanwhile. The
 //! snapshot ends with `N`, the sequence the publisher would assign next when it began: the
-//! follower takes the snapshot as its index, drops the buffered messages below `N`, applies
+//! follower takes the snapshot as its index, drops the held messages below `N`, applies
 //! the others in order, and replays from `N` if the first of them is not `N`.
 //! Afterwards:
 //!
@@ -28,8 +28,14 @@
 //! [`Follower::union`] merges every view, for deployments where each publisher owns a part
 //! of the objects; after a failover it would still hold what the old leader last said.
 //!
+//! A publisher without a replay socket ([`Upstream::stream_only`]) is followed from the first
+//! message received: no snapshot, and a gap is only counted
+//! ([`FollowerCounters::unrecoverable`]).
+//!
 //! The follower runs on the caller's thread: [`Follower::poll`] does the work and returns
-//! what happened as [`Notice`]s.
+//! what happened as [`Notice`]s. Each publisher is a state machine without sockets
+//! (`state.rs`: what arrives and the time passing in, requests and notices out) driven by its
+//! links (`links.rs`: the SUB and DEALER sockets).
 
 mod changes;
 mod links;
@@ -49,6 +55,30 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(20);
 /// Follows one or several publishers and keeps each one's [`Index`] in sync; see the
 /// module's documentation.
+///
+/// ```no_run
+/// use mooncake_kv_events::subscriber::{FollowOptions, Follower, Upstream};
+/// use std::time::Duration;
+///
+/// # fn main() -> Result<(), mooncake_kv_events::subscriber::FollowError> {
+/// let upstreams = vec![
+///     Upstream::new("tcp://master-0:5557", "tcp://master-0:5558"),
+///     // A publisher without a replay socket: its stream alone.
+///     Upstream::stream_only("tcp://master-1:5557"),
+/// ];
+/// let mut follower = Follower::new(upstreams, FollowOptions::default())?;
+/// loop {
+///     for notice in follower.poll(Duration::from_millis(100)) {
+///         eprintln!("publisher {}: {}", notice.upstream, notice.kind);
+///     }
+///     if let Some(leader) = follower.freshest() {
+///         let media = follower.index(leader).get(b"tenant-a", b"prefix/0001");
+///         let next = follower.status(leader).next_sequence;
+///         println!("{media:?} as of sequence {next:?}");
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Follower {
     followed: Vec<Followed>,
