@@ -179,8 +179,8 @@ pub enum NoticeKind {
         /// From the start, or from when the incident was noticed.
         took: Duration,
     },
-    /// The connection to the PUB endpoint closed; `info` will say whether the publisher
-    /// restarted.
+    /// The connection to the PUB endpoint closed; ZeroMQ reconnects. With a replay socket,
+    /// `info` is asked at once whether the publisher restarted.
     Disconnected,
     /// A message or reply was refused and skipped.
     Malformed(String),
@@ -259,10 +259,7 @@ impl fmt::Display for NoticeKind {
                 "gap {from}..{through}: no replay endpoint to fill it; the index misses it"
             ),
             NoticeKind::InSync { took } => write!(f, "in sync after {}", millis(*took)),
-            NoticeKind::Disconnected => write!(
-                f,
-                "the connection closed; reconnecting, and asking info whether it restarted"
-            ),
+            NoticeKind::Disconnected => write!(f, "the connection closed; reconnecting"),
             NoticeKind::Malformed(why) => write!(f, "refused a message: {why}"),
             NoticeKind::Skipped(why) => write!(f, "skipped events: {why}"),
             NoticeKind::Failed(why) => write!(f, "{why}; retrying"),
