@@ -34,7 +34,7 @@
 //!
 //! The follower runs on the caller's thread: [`Follower::poll`] does the work and returns
 //! what happened as [`Notice`]s. Each publisher is a state machine without sockets
-//! (`state.rs`: what arrives and the time passing in, requests and notices out) driven by its
+//! (`state/`: what arrives and the time passing in, requests and notices out) driven by its
 //! links (`links.rs`: the SUB and DEALER sockets).
 
 mod changes;

@@ -1,7 +1,8 @@
 //! The state machine driven step by step, as the sockets would, with the time given.
 
 use super::*;
-use crate::wire::replay::END_OF_REPLAY;
+use crate::wire::replay::{verb, END_OF_REPLAY};
+use crate::wire::{Info, SnapshotEnd};
 use crate::MediumSet;
 use rmpv::Value;
 use std::time::Duration;
