@@ -295,6 +295,39 @@ fn a_new_incarnation_in_info_before_the_streams_message_0_is_one_new_life() {
 }
 
 #[test]
+fn a_new_incarnation_in_info_after_the_streams_message_0_is_found_at_the_next_check() {
+    let t0 = Instant::now();
+    // Joined a publisher that had sent nothing yet.
+    let mut state = joined(t0, &["a"], 0);
+    // It restarts before its first message: the new life's 0 follows the index, and nothing
+    // in a stream message tells the lives apart.
+    assert!(state.on_stream(message(0, "n0"), t0).is_empty());
+    assert!(has(&state, "n0"));
+    let t1 = t0 + SECOND;
+    assert_eq!(sent(&state.tick(t1)), [&Request::Info]);
+    let actions = state.on_reply(&info(8, 1, 0), t1);
+    assert_eq!(
+        noticed(&actions),
+        [&NoticeKind::NewIncarnation {
+            old: INCARNATION,
+            new: 8
+        }]
+    );
+    assert_eq!(
+        state.tick(t1),
+        [Action::Send(Request::Snapshot { tenant: None })]
+    );
+    state.on_reply(&page(&["n0"]), t1);
+    state.on_reply(&snapshot_end(1, 1, 8), t1);
+    assert!(has(&state, "n0") && !has(&state, "a"));
+    assert_eq!(state.counters.incarnations, 1);
+    assert!(matches!(
+        noticed(&state.tick(t1))[..],
+        [NoticeKind::InSync { .. }]
+    ));
+}
+
+#[test]
 fn the_stream_going_back_before_info_says_so_is_one_new_life_too() {
     let t0 = Instant::now();
     let mut state = joined(t0, &["a"], 5);
