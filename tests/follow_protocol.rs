@@ -1,5 +1,5 @@
 //! The follower against a scripted publisher that speaks the replay socket's protocol frame
-//! by frame: the cases a real publisher produces only by chance (the first buffered message
+//! by frame: the cases a real publisher produces only by chance (the first held message
 //! after a snapshot is not its next sequence N, a gap the buffer holds and one it does not, a
 //! busy or inconsistent snapshot, a new incarnation while the stream is quiet, a lost end of
 //! burst).
@@ -257,7 +257,7 @@ fn happened(notices: &[Notice]) -> Vec<NoticeKind> {
 }
 
 #[test]
-fn messages_buffered_during_a_snapshot_apply_from_n_and_the_first_missing_one_is_replayed() {
+fn messages_held_during_a_snapshot_apply_from_n_and_the_first_missing_one_is_replayed() {
     let mut scripted = Scripted::new();
     // Messages 0 to 4.
     for i in 0..5 {
