@@ -7,7 +7,9 @@ use kv_events_testing::model;
 
 use common::endpoint;
 use model::{config, converge, Model};
-use mooncake_kv_events::subscriber::{Changes, FollowOptions, Follower, Happened, Index, Upstream};
+use mooncake_kv_events::subscriber::{
+    Changes, FollowOptions, Follower, Index, NoticeKind, Upstream,
+};
 use mooncake_kv_events::{Config, Medium, MediumSet, Publisher};
 use std::thread;
 use std::time::Duration;
@@ -70,7 +72,7 @@ fn a_late_join_while_the_master_changes_converges_to_the_truth() {
     assert!(
         notices
             .iter()
-            .any(|n| matches!(n.event, Happened::Snapshot { objects, .. } if objects > 0)),
+            .any(|n| matches!(n.kind, NoticeKind::Snapshot { objects, .. } if objects > 0)),
         "{notices:?}"
     );
     assert_eq!(counters.malformed, 0, "{counters:?}");
@@ -136,7 +138,7 @@ fn loss_after_the_socket_is_filled_by_replay(topic_frame: bool) {
     assert!(
         notices
             .iter()
-            .any(|n| n.event.to_string().contains("filled by replay")),
+            .any(|n| n.kind.to_string().contains("filled by replay")),
         "{notices:?}"
     );
     eprintln!("loss at the socket: converged {took:?} after the flush; {counters:?}");
@@ -183,8 +185,11 @@ fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
         b"changed-while-down",
         MediumSet::from([Medium::Disk]),
     );
-    let publisher = Publisher::create(&config(&upstream.endpoint, &upstream.replay_endpoint))
-        .expect("the publisher binds again");
+    let publisher = Publisher::create(&config(
+        &upstream.endpoint,
+        upstream.replay_endpoint.as_deref().unwrap(),
+    ))
+    .expect("the publisher binds again");
     model.serve(&publisher);
     let (notices, took) = converge(&mut follower, 0, &model, WITHIN);
     let new = follower.status(0).incarnation.unwrap();
@@ -192,7 +197,7 @@ fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
     assert!(
         notices
             .iter()
-            .any(|n| matches!(n.event, Happened::NewIncarnation { .. })),
+            .any(|n| matches!(n.kind, NoticeKind::NewIncarnation { .. })),
         "{notices:?}"
     );
     eprintln!("restart, silent: converged in {took:?}");
@@ -205,8 +210,11 @@ fn a_restarted_publisher_is_followed_into_its_new_incarnation() {
     assert_eq!(counters.snapshots, 2, "{counters:?}");
     // And a restart noticed by the sequence going back.
     drop(publisher);
-    let publisher = Publisher::create(&config(&upstream.endpoint, &upstream.replay_endpoint))
-        .expect("the publisher binds again");
+    let publisher = Publisher::create(&config(
+        &upstream.endpoint,
+        upstream.replay_endpoint.as_deref().unwrap(),
+    ))
+    .expect("the publisher binds again");
     model.serve(&publisher);
     thread::sleep(Duration::from_millis(300));
     model.churn(&publisher, 6, 500, 500);
@@ -232,8 +240,11 @@ fn a_move_to_another_publisher_converges_on_it() {
     // The leader changes: A's publisher goes, B's comes up over the same metadata, and the
     // master carries on through B.
     drop(a);
-    let b =
-        Publisher::create(&config(&source_b.endpoint, &source_b.replay_endpoint)).expect("B binds");
+    let b = Publisher::create(&config(
+        &source_b.endpoint,
+        source_b.replay_endpoint.as_deref().unwrap(),
+    ))
+    .expect("B binds");
     model.serve(&b);
     model.churn(&b, 8, 2000, 500);
     flush(&b);
@@ -248,7 +259,7 @@ fn a_move_to_another_publisher_converges_on_it() {
     assert!(
         notices
             .iter()
-            .any(|n| n.upstream == 1 && matches!(n.event, Happened::Snapshot { .. })),
+            .any(|n| n.upstream == 1 && matches!(n.kind, NoticeKind::Snapshot { .. })),
         "{notices:?}"
     );
     eprintln!(
@@ -411,15 +422,17 @@ fn heartbeats_spare_the_follower_its_info_polls() {
 
 /// A burst while the follower reads its first snapshot, with a replay ring far too small
 /// for it: the live messages are held while the snapshot arrives and applied after it, so
-/// one snapshot is enough. Held within `max_buffered_bytes`: when the burst is larger, the
+/// one snapshot is enough. Held within `max_held_bytes`: when the burst is larger, the
 /// follower drops what it cannot hold, counts it, and takes a second snapshot.
-fn burst_during_the_join(max_buffered_bytes: usize) -> mooncake_kv_events::subscriber::Counters {
+fn burst_during_the_join(
+    max_held_bytes: usize,
+) -> mooncake_kv_events::subscriber::FollowerCounters {
     let model = Model::new();
     let (publisher, upstream) = publisher(&model, |c| c.replay_buffer_bytes = 64 << 10);
     model.churn(&publisher, 1, 20_000, 20_000);
     flush(&publisher);
     let options = FollowOptions {
-        max_buffered_bytes,
+        max_held_bytes,
         ..quick()
     };
     let mut follower = Follower::new(vec![upstream], options).unwrap();
@@ -440,7 +453,7 @@ fn burst_during_the_join(max_buffered_bytes: usize) -> mooncake_kv_events::subsc
 
 #[test]
 fn a_burst_during_the_join_is_held_and_one_snapshot_is_enough() {
-    let counters = burst_during_the_join(FollowOptions::default().max_buffered_bytes);
+    let counters = burst_during_the_join(FollowOptions::default().max_held_bytes);
     assert_eq!(counters.snapshots, 1, "{counters:?}");
     assert_eq!(counters.overflowed, 0, "{counters:?}");
     // What came from the snapshot's next sequence on was held, then applied.

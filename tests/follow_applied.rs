@@ -9,7 +9,7 @@ use kv_events_testing::model;
 use common::endpoint;
 use model::{config, Model};
 use mooncake_kv_events::subscriber::{
-    AppliedMessage, FollowOptions, Follower, Happened, Index, Upstream,
+    AppliedMessage, FollowOptions, Follower, Index, NoticeKind, Upstream,
 };
 use mooncake_kv_events::wire::Checked;
 use mooncake_kv_events::Publisher;
@@ -92,7 +92,7 @@ fn nothing_is_kept_unless_asked() {
         let notices = follower.poll(Duration::from_millis(20));
         snapshot = notices
             .iter()
-            .any(|n| matches!(n.event, Happened::Snapshot { .. }));
+            .any(|n| matches!(n.kind, NoticeKind::Snapshot { .. }));
     }
     std::thread::sleep(Duration::from_millis(300));
     model.churn(&publisher, 3, 200, 50);

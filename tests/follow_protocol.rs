@@ -1,5 +1,5 @@
 //! The follower against a scripted publisher that speaks the replay socket's protocol frame
-//! by frame: the cases a real publisher produces only by chance (the first buffered message
+//! by frame: the cases a real publisher produces only by chance (the first held message
 //! after a snapshot is not its next sequence N, a gap the buffer holds and one it does not, a
 //! busy or inconsistent snapshot, a new incarnation while the stream is quiet, a lost end of
 //! burst).
@@ -8,7 +8,7 @@ use kv_events_testing as common;
 
 use common::endpoint;
 use mooncake_kv_events::subscriber::Index;
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Upstream};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Notice, NoticeKind, Upstream};
 use rmpv::Value;
 use std::collections::BTreeMap;
 use std::thread;
@@ -252,12 +252,12 @@ fn settle(follower: &mut Follower, scripted: &mut Scripted) -> Vec<Notice> {
     }
 }
 
-fn happened(notices: &[Notice]) -> Vec<Happened> {
-    notices.iter().map(|n| n.event.clone()).collect()
+fn happened(notices: &[Notice]) -> Vec<NoticeKind> {
+    notices.iter().map(|n| n.kind.clone()).collect()
 }
 
 #[test]
-fn messages_buffered_during_a_snapshot_apply_from_n_and_the_first_missing_one_is_replayed() {
+fn messages_held_during_a_snapshot_apply_from_n_and_the_first_missing_one_is_replayed() {
     let mut scripted = Scripted::new();
     // Messages 0 to 4.
     for i in 0..5 {
@@ -285,17 +285,17 @@ fn messages_buffered_during_a_snapshot_apply_from_n_and_the_first_missing_one_is
         matches!(
             notices.as_slice(),
             [
-                Happened::Snapshot {
+                NoticeKind::Snapshot {
                     objects: 5,
                     next_sequence: 5,
                     ..
                 },
-                Happened::Replayed {
+                NoticeKind::Replayed {
                     from: 5,
                     through: 5,
                     ..
                 },
-                Happened::InSync { .. }
+                NoticeKind::InSync { .. }
             ]
         ),
         "{notices:#?}"
@@ -322,7 +322,7 @@ fn a_gap_the_buffer_holds_is_replayed_and_one_it_does_not_hold_calls_for_a_snaps
     assert!(
         notices.iter().any(|n| matches!(
             n,
-            Happened::Replayed {
+            NoticeKind::Replayed {
                 from: 1,
                 through: 1,
                 ..
@@ -338,7 +338,7 @@ fn a_gap_the_buffer_holds_is_replayed_and_one_it_does_not_hold_calls_for_a_snaps
     scripted.snapshot_now();
     let notices = happened(&settle(&mut follower, &mut scripted));
     assert!(
-        notices.contains(&Happened::NotHeld {
+        notices.contains(&NoticeKind::NotHeld {
             from: 3,
             through: 4,
             oldest: 5
@@ -379,7 +379,7 @@ fn busy_and_inconsistent_snapshots_are_retried() {
     }
     scripted.snapshots = Snapshots::Serve;
     notices.extend(settle(&mut follower, &mut scripted));
-    let text: Vec<String> = notices.iter().map(|n| n.event.to_string()).collect();
+    let text: Vec<String> = notices.iter().map(|n| n.kind.to_string()).collect();
     assert!(
         text.iter().any(|t| t.contains("busy: try again")),
         "{text:#?}"
@@ -411,7 +411,7 @@ fn a_new_incarnation_found_while_the_stream_is_quiet_calls_for_a_snapshot() {
     scripted.snapshot_now();
     let notices = happened(&settle(&mut follower, &mut scripted));
     assert!(
-        notices.contains(&Happened::NewIncarnation { old: 7, new: 8 }),
+        notices.contains(&NoticeKind::NewIncarnation { old: 7, new: 8 }),
         "{notices:#?}"
     );
     assert_eq!(follower.status(0).incarnation, Some(8));
@@ -431,7 +431,7 @@ fn a_loss_at_the_end_of_a_burst_is_found_by_info_and_replayed() {
     assert!(
         notices.iter().any(|n| matches!(
             n,
-            Happened::Replayed {
+            NoticeKind::Replayed {
                 from: 1,
                 through: 2,
                 ..
@@ -464,6 +464,13 @@ fn an_info_ahead_of_the_stream_once_is_no_loss_when_the_stream_then_brings_it() 
     }
     scripted.deliver(0);
     scripted.deliver(1);
+    // Nothing more is answered until the stream brought them: under load, a check answered
+    // before they reach the socket would be the second one short, a real loss to the follower.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while follower.status(0).next_sequence != Some(2) {
+        assert!(Instant::now() < deadline, "the stream never brought them");
+        follower.poll(Duration::from_millis(10));
+    }
     let notices = happened(&settle(&mut follower, &mut scripted));
     assert_eq!(follower.counters().gaps, 0, "{notices:#?}");
     assert!(

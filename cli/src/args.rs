@@ -358,7 +358,8 @@ pub(crate) struct MirrorArgs {
     #[arg(required = true, value_name = "ENDPOINT",
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) endpoints: Vec<String>,
-    /// The replay socket of each ENDPOINT, in the same order (kv_events_replay_endpoint)
+    /// The replay socket of each ENDPOINT, in the same order (kv_events_replay_endpoint);
+    /// none: the publisher has none, its stream from the join on is all the mirror gets
     #[arg(long = "replay-endpoint", value_name = "E", required = true,
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoints: Vec<String>,

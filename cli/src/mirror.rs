@@ -9,7 +9,7 @@ use mooncake_kv_events::keys;
 use mooncake_kv_events::subscriber::stop_requested;
 use mooncake_kv_events::subscriber::{catch_stop_signals, connect_form, json_bytes, Index};
 use mooncake_kv_events::subscriber::{CurveClient, Reach, Subscriber, SubscriberOptions};
-use mooncake_kv_events::subscriber::{FollowOptions, Follower, Happened, Notice, Upstream};
+use mooncake_kv_events::subscriber::{FollowOptions, Follower, Notice, NoticeKind, Upstream};
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 const POLL: Duration = Duration::from_millis(100);
 /// Refused messages and skipped events said on stderr per publisher; the rest are counted.
 const MALFORMED_SAID: u32 = 10;
+/// The `--replay-endpoint` of a publisher that has no replay socket.
+const NO_REPLAY: &str = "none";
 
 /// Runs `mirror` until `--duration`, Ctrl-C or SIGTERM. `Err` is a runtime failure, said in
 /// one sentence.
@@ -52,7 +54,8 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
         };
         upstreams.push(Upstream {
             endpoint: connect_form(endpoint),
-            replay_endpoint: connect_form(replay),
+            // A publisher without a replay socket: its stream is all there is.
+            replay_endpoint: (replay != NO_REPLAY).then(|| connect_form(replay)),
             curve,
             topic: args.topic.as_bytes().to_vec(),
         });
@@ -66,9 +69,15 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     };
     let described: Vec<String> = upstreams
         .iter()
-        .map(|s| format!("{} (replay {})", s.endpoint, s.replay_endpoint))
+        .map(|s| match &s.replay_endpoint {
+            Some(replay) => format!("{} (replay {replay})", s.endpoint),
+            None => format!(
+                "{} (no replay endpoint: the stream from now on only)",
+                s.endpoint
+            ),
+        })
         .collect();
-    let mut follower = Follower::new(upstreams, options)?;
+    let mut follower = Follower::new(upstreams, options).map_err(|e| e.to_string())?;
     // Ctrl-C and SIGTERM end the loop, so that the index is written.
     catch_stop_signals();
     let mut err = io::stderr().lock();
@@ -153,6 +162,8 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
 /// soon as the publisher is reached or the follower has a snapshot of it.
 struct Probe {
     endpoint: String,
+    /// The publisher has no replay socket: its index is the stream since the mirror joined.
+    stream_only: bool,
     subscriber: Option<Subscriber>,
     /// Why the publisher is not reached yet, said once on stderr.
     why: Option<String>,
@@ -168,6 +179,7 @@ impl Probe {
         };
         Probe {
             endpoint: upstream.endpoint.clone(),
+            stream_only: upstream.replay_endpoint.is_none(),
             // A probe that cannot open leaves the summary as it was.
             subscriber: Subscriber::open(&upstream.endpoint, &options).ok(),
             why: None,
@@ -325,7 +337,10 @@ fn say(err: &mut impl Write, notice: &Notice, names: &[String], said: &mut [u32]
     } else {
         String::new()
     };
-    if matches!(notice.event, Happened::Malformed(_) | Happened::Skipped(_)) {
+    if matches!(
+        notice.kind,
+        NoticeKind::Malformed(_) | NoticeKind::Skipped(_)
+    ) {
         let count = &mut said[notice.upstream];
         *count += 1;
         if *count > MALFORMED_SAID {
@@ -336,12 +351,12 @@ fn say(err: &mut impl Write, notice: &Notice, names: &[String], said: &mut [u32]
                 err,
                 "kv-events: {from}{}; further refused messages and skipped events are only \
                  counted in the summaries",
-                notice.event
+                notice.kind
             );
             return;
         }
     }
-    let _ = writeln!(err, "kv-events: {from}{}", notice.event);
+    let _ = writeln!(err, "kv-events: {from}{}", notice.kind);
 }
 
 /// A tenant for people: its text, or `{"hex": "..."}` when it is not UTF-8.
@@ -366,11 +381,18 @@ fn summary(follower: &Follower, names: &[String], probes: &[Probe], elapsed: Dur
                     probes[i].why.as_deref().unwrap_or_default()
                 )
             }
+            (true, Some(next), _) if probes[i].stream_only => {
+                format!("in sync before sequence {next}, every message since 0 applied")
+            }
             (true, Some(next), _) => format!(
                 "in sync before sequence {next}, incarnation {:016x}",
                 status.incarnation.unwrap_or_default()
             ),
+            (false, Some(next), _) if probes[i].stream_only => {
+                format!("incomplete (the stream since the join only) before sequence {next}")
+            }
             (false, Some(next), _) => format!("recovering from sequence {next}"),
+            (_, None, _) if probes[i].stream_only => "no message yet".to_owned(),
             (_, None, Some(why)) => format!("no snapshot yet ({why})"),
             (_, None, None) => "no snapshot yet".to_owned(),
         };
@@ -393,9 +415,14 @@ fn summary(follower: &Follower, names: &[String], probes: &[Probe], elapsed: Dur
             }
         }
         let c = follower.upstream_counters(i);
+        let unrecoverable = if probes[i].stream_only {
+            format!(" ({} unrecoverable)", c.unrecoverable)
+        } else {
+            String::new()
+        };
         text += &format!(
-            "  gaps {}, replays {}, snapshots {}, new incarnations {}, malformed {}, skipped \
-             events {}, failed requests {}, last time to converge {}\n",
+            "  gaps {}{unrecoverable}, replays {}, snapshots {}, new incarnations {}, malformed \
+             {}, skipped events {}, failed requests {}, last time to converge {}\n",
             c.gaps,
             c.replays,
             c.snapshots,

@@ -275,3 +275,93 @@ fn mirror_wants_a_replay_endpoint_per_endpoint() {
     assert!(err.contains("2 ENDPOINTs but 1 --replay-endpoint"), "{err}");
     assert!(err.contains("Usage: kv-events mirror"), "{err}");
 }
+
+#[test]
+fn mirror_follows_a_publisher_without_a_replay_socket_from_the_stream_alone() {
+    let pub_endpoint = endpoint();
+    let dir = TempDir::new("mirror-stream-only");
+    let expected = dir.path("expected.json");
+    // The mirror first, so that it joins before the publisher's message 0.
+    let child = mirror(&[&pub_endpoint, "--replay-endpoint", "none", "--every", "0.5"]);
+    // The real demo, with no replay endpoint; it waits for its subscribers before it starts.
+    let demo = Command::new(env!("CARGO_BIN_EXE_kv-events"))
+        .args(["demo", "--endpoint", &pub_endpoint, "--objects", "200"])
+        .args(["--show", "0", "--wait", "3", "--dump-index"])
+        .arg(&expected)
+        .output()
+        .expect("kv-events demo runs");
+    assert!(demo.status.success(), "{demo:?}");
+    // What the demo's own subscriber ends with: objects [backend, tenant, key, media].
+    let dump: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&expected).unwrap()).unwrap();
+    let mut truth = Index::new();
+    for object in dump["objects"].as_array().expect("objects") {
+        let [_, tenant, key, media] = object.as_array().unwrap().as_slice() else {
+            panic!("{object}");
+        };
+        for medium in media.as_array().unwrap() {
+            let medium = if medium == "cpu" {
+                Medium::Cpu
+            } else {
+                Medium::Disk
+            };
+            let (tenant, key) = (tenant.as_str().unwrap(), key.as_str().unwrap());
+            truth.store(tenant.as_bytes(), key.as_bytes(), medium);
+        }
+    }
+    assert!(truth.objects() > 0);
+    // The demo's messages reach the mirror after it exits: give them time.
+    std::thread::sleep(Duration::from_secs(1));
+    terminate(&child);
+    let (ok, out, err) = finish(child);
+    assert!(ok, "{err}");
+    assert!(err.contains("(no replay endpoint"), "{err}");
+    assert!(err.contains("every message since 0 applied"), "{err}");
+    assert!(err.contains("in sync"), "{err}");
+    assert_eq!(parse(&out), truth, "{err}");
+}
+
+#[test]
+fn mirror_without_a_replay_socket_that_joins_late_says_its_index_is_incomplete() {
+    let model = Model::new();
+    let (publisher, pub_endpoint, _) = publisher(&model);
+    // Messages before the mirror joins: never seen.
+    model.churn(&publisher, 1, 200, 50);
+    assert!(publisher.flush(Duration::from_secs(10)));
+    let dir = TempDir::new("mirror-late");
+    let dump = dir.path("index.jsonl");
+    let child = mirror(&[
+        &pub_endpoint,
+        "--replay-endpoint",
+        "none",
+        "--every",
+        "0.3",
+        "--dump",
+        dump.to_str().unwrap(),
+    ]);
+    // Then changes, until the mirror has taken some (its periodic dump holds objects).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seed = 2;
+    while std::fs::read_to_string(&dump).map_or(true, |d| parse(&d).objects() == 0) {
+        assert!(Instant::now() < deadline, "the mirror never took a message");
+        model.churn(&publisher, seed, 20, 50);
+        assert!(publisher.flush(Duration::from_secs(10)));
+        seed += 1;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    terminate(&child);
+    let (ok, _, err) = finish(child);
+    assert!(
+        !ok,
+        "an index that misses what came before the join is not in sync: {err}"
+    );
+    assert!(
+        err.contains("incomplete (the stream since the join only)"),
+        "{err}"
+    );
+    assert!(err.contains("NOT in sync"), "{err}");
+    assert!(
+        parse(&std::fs::read_to_string(&dump).unwrap()).objects() > 0,
+        "{err}"
+    );
+}

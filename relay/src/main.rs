@@ -90,7 +90,7 @@ fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, Error> {
         };
         upstreams.push(Upstream {
             endpoint: connect_form(endpoint),
-            replay_endpoint: connect_form(replay),
+            replay_endpoint: Some(connect_form(replay)),
             curve,
             topic: args.topic.as_bytes().to_vec(),
         });
@@ -103,13 +103,9 @@ fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, Error> {
 fn backend_id(upstreams: &[Upstream]) -> Result<String, Error> {
     let mut clients = Vec::with_capacity(upstreams.len());
     for upstream in upstreams {
-        let client = ReplayClient::connect(&upstream.replay_endpoint, upstream.curve.clone())
-            .map_err(|e| {
-                Error::Master(format!(
-                    "cannot connect to {}: {e}",
-                    upstream.replay_endpoint
-                ))
-            })?;
+        let replay = upstream.replay_endpoint.as_deref().unwrap_or_default();
+        let client = ReplayClient::connect(replay, upstream.curve.clone())
+            .map_err(|e| Error::Master(format!("cannot connect to {replay}: {e}")))?;
         clients.push(client);
     }
     let mut said = false;
@@ -122,7 +118,7 @@ fn backend_id(upstreams: &[Upstream]) -> Result<String, Error> {
         if !said {
             let endpoints: Vec<&str> = upstreams
                 .iter()
-                .map(|u| u.replay_endpoint.as_str())
+                .map(|u| u.replay_endpoint.as_deref().unwrap_or_default())
                 .collect();
             eprintln!(
                 "kv-events relay: waiting for a publisher to answer info at {} (its replay \
@@ -159,7 +155,7 @@ fn run(args: &args::Args) -> Result<(), Error> {
         keep_applied: true,
         ..FollowOptions::default()
     };
-    let follower = Follower::new(upstreams, options).map_err(Error::Master)?;
+    let follower = Follower::new(upstreams, options).map_err(|e| Error::Master(e.to_string()))?;
     let mut relay = Relay::start(
         follower,
         store,
@@ -205,7 +201,7 @@ fn follow<S: source::Source, T: store::Store>(
                 err.lock(),
                 "kv-events relay: {}: {}",
                 names[notice.upstream],
-                notice.event
+                notice.kind
             );
         }
         let now = Instant::now();

@@ -46,8 +46,8 @@ mod watch;
 pub use crate::wire::{Change, Field, Info};
 pub use catchup::{Catchup, ReplayClient};
 pub use follow::{
-    AppliedMessage, Changes, Counters, FollowOptions, Follower, Happened, Keys, Notice, Status,
-    Upstream,
+    AppliedMessage, Changes, FollowError, FollowOptions, Follower, FollowerCounters, Keys, Notice,
+    NoticeKind, Status, Upstream,
 };
 pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
 pub use stop::{catch_stop_signals, stop_requested};

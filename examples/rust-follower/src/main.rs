@@ -42,7 +42,7 @@ fn main() -> ExitCode {
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         for notice in follower.poll(left.min(Duration::from_millis(100))) {
-            eprintln!("publisher {}: {}", notice.upstream, notice.event);
+            eprintln!("publisher {}: {}", notice.upstream, notice.kind);
         }
     }
     let Some(leader) = follower.freshest() else {

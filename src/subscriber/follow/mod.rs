@@ -3,9 +3,9 @@
 //!
 //! For each publisher (a PUB endpoint and its replay endpoint, the master's
 //! `kv_events_bind_endpoint` and `kv_events_replay_endpoint`) the follower subscribes first,
-//! then asks the replay socket for a snapshot, and buffers the live messages meanwhile. The
+//! then asks the replay socket for a snapshot, and holds the live messages meanwhile. The
 //! snapshot ends with `N`, the sequence the publisher would assign next when it began: the
-//! follower takes the snapshot as its index, drops the buffered messages below `N`, applies
+//! follower takes the snapshot as its index, drops the held messages below `N`, applies
 //! the others in order, and replays from `N` if the first of them is not `N`.
 //! Afterwards:
 //!
@@ -28,18 +28,26 @@
 //! [`Follower::union`] merges every view, for deployments where each publisher owns a part
 //! of the objects; after a failover it would still hold what the old leader last said.
 //!
+//! A publisher without a replay socket ([`Upstream::stream_only`]) is followed from the first
+//! message received: no snapshot, and a gap is only counted
+//! ([`FollowerCounters::unrecoverable`]).
+//!
 //! The follower runs on the caller's thread: [`Follower::poll`] does the work and returns
-//! what happened as [`Notice`]s.
+//! what happened as [`Notice`]s. Each publisher is a state machine without sockets
+//! (`state/`: what arrives and the time passing in, requests and notices out) driven by its
+//! links (`links.rs`: the SUB and DEALER sockets).
 
 mod changes;
-mod followed;
+mod links;
 mod notice;
 mod options;
+mod state;
 
 use super::index::Index;
 pub use changes::{Changes, Keys};
-use followed::Followed;
-pub use notice::{AppliedMessage, Counters, Happened, Notice, Status};
+pub use links::FollowError;
+use links::Followed;
+pub use notice::{AppliedMessage, FollowerCounters, Notice, NoticeKind, Status};
 pub use options::{FollowOptions, Upstream};
 use std::time::{Duration, Instant};
 
@@ -47,6 +55,30 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(20);
 /// Follows one or several publishers and keeps each one's [`Index`] in sync; see the
 /// module's documentation.
+///
+/// ```no_run
+/// use mooncake_kv_events::subscriber::{FollowOptions, Follower, Upstream};
+/// use std::time::Duration;
+///
+/// # fn main() -> Result<(), mooncake_kv_events::subscriber::FollowError> {
+/// let upstreams = vec![
+///     Upstream::new("tcp://master-0:5557", "tcp://master-0:5558"),
+///     // A publisher without a replay socket: its stream alone.
+///     Upstream::stream_only("tcp://master-1:5557"),
+/// ];
+/// let mut follower = Follower::new(upstreams, FollowOptions::default())?;
+/// loop {
+///     for notice in follower.poll(Duration::from_millis(100)) {
+///         eprintln!("publisher {}: {}", notice.upstream, notice.kind);
+///     }
+///     if let Some(leader) = follower.freshest() {
+///         let media = follower.index(leader).get(b"tenant-a", b"prefix/0001");
+///         let next = follower.status(leader).next_sequence;
+///         println!("{media:?} as of sequence {next:?}");
+///     }
+/// }
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Follower {
     followed: Vec<Followed>,
@@ -57,7 +89,7 @@ impl Follower {
     /// Subscribes to every upstream (ZeroMQ connects in the background: a publisher not up
     /// yet is followed once it is). The first [`Follower::poll`] asks for the snapshots.
     /// The error names the endpoint that cannot be used.
-    pub fn new(upstreams: Vec<Upstream>, options: FollowOptions) -> Result<Follower, String> {
+    pub fn new(upstreams: Vec<Upstream>, options: FollowOptions) -> Result<Follower, FollowError> {
         let now = Instant::now();
         let followed = upstreams
             .into_iter()
@@ -74,15 +106,14 @@ impl Follower {
         let mut notices = Vec::new();
         loop {
             for (upstream, followed) in self.followed.iter_mut().enumerate() {
-                let mut notice = |event| notices.push(Notice { upstream, event });
-                followed.read(&self.options, &mut notice);
-                followed.act(&self.options, &mut notice);
+                let mut notice = |kind| notices.push(Notice { upstream, kind });
+                followed.step(&self.options, &mut notice);
             }
             let now = Instant::now();
             let applied = self
                 .followed
                 .iter()
-                .any(|f| f.applied.as_ref().is_some_and(|a| !a.is_empty()));
+                .any(|f| f.state.applied.as_ref().is_some_and(|a| !a.is_empty()));
             if !notices.is_empty() || applied || now >= deadline {
                 return notices;
             }
@@ -110,7 +141,7 @@ impl Follower {
     // The name says what it returns; `follower[i]` would not.
     #[allow(clippy::should_implement_trait)]
     pub fn index(&self, upstream: usize) -> &Index {
-        &self.followed[upstream].index
+        &self.followed[upstream].state.index
     }
 
     /// Which objects of publisher `upstream`'s index may have changed since the last call
@@ -118,7 +149,7 @@ impl Follower {
     /// keeps its own copy compares only those. Everything, always, unless
     /// [`FollowOptions::track_changes`] is on. Panics if there is no such upstream.
     pub fn take_changes(&mut self, upstream: usize) -> Changes {
-        match &mut self.followed[upstream].changes {
+        match &mut self.followed[upstream].state.changes {
             Some(changes) => std::mem::take(changes),
             None => Changes::everything(),
         }
@@ -131,7 +162,7 @@ impl Follower {
     pub fn take_applied(&mut self) -> Vec<AppliedMessage> {
         let mut out = Vec::new();
         for (upstream, followed) in self.followed.iter_mut().enumerate() {
-            let Some(applied) = &mut followed.applied else {
+            let Some(applied) = &mut followed.state.applied else {
                 continue;
             };
             out.extend(
@@ -153,7 +184,7 @@ impl Follower {
     pub fn union(&self) -> Index {
         let mut union = Index::new();
         for followed in &self.followed {
-            union.merge(&followed.index);
+            union.merge(&followed.state.index);
         }
         union
     }
@@ -161,31 +192,32 @@ impl Follower {
     /// The publisher in sync that was heard from last: in an HA deployment, the leader.
     pub fn freshest(&self) -> Option<usize> {
         (0..self.followed.len())
-            .filter(|&i| self.followed[i].in_sync())
-            .max_by_key(|&i| self.followed[i].last_heard)
+            .filter(|&i| self.followed[i].state.in_sync())
+            .max_by_key(|&i| self.followed[i].state.last_heard)
     }
 
     /// Where publisher `upstream`'s index stands. Panics if there is no such upstream.
     pub fn status(&self, upstream: usize) -> Status {
-        self.followed[upstream].status()
+        let followed = &self.followed[upstream];
+        followed.state.status(&followed.upstream.endpoint)
     }
 
     /// Whether every publisher's index is in sync.
     pub fn in_sync(&self) -> bool {
-        self.followed.iter().all(Followed::in_sync)
+        self.followed.iter().all(|f| f.state.in_sync())
     }
 
     /// Publisher `upstream`'s counters. Panics if there is no such upstream.
-    pub fn upstream_counters(&self, upstream: usize) -> &Counters {
-        &self.followed[upstream].counters
+    pub fn upstream_counters(&self, upstream: usize) -> &FollowerCounters {
+        &self.followed[upstream].state.counters
     }
 
     /// The counters of every publisher added up; `last_convergence` is the longest of the
     /// publishers' last ones.
-    pub fn counters(&self) -> Counters {
-        let mut sum = Counters::default();
+    pub fn counters(&self) -> FollowerCounters {
+        let mut sum = FollowerCounters::default();
         for followed in &self.followed {
-            sum.add(&followed.counters);
+            sum.add(&followed.state.counters);
         }
         sum
     }

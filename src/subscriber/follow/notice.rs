@@ -1,4 +1,4 @@
-//! What the follower tells its caller: [`Notice`]s of what [`Happened`], [`Counters`] and
+//! What the follower tells its caller: [`Notice`]s of what [`NoticeKind`], [`FollowerCounters`] and
 //! each publisher's [`Status`].
 
 use std::fmt;
@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 /// What the follower counted, for one publisher or ([`Follower::counters`](super::Follower::counters)) all together.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
+pub struct FollowerCounters {
     /// Messages applied to the index, from the stream or a replay.
     pub messages: u64,
     /// Events applied to the index from those messages (snapshots' events not included).
@@ -15,8 +15,13 @@ pub struct Counters {
     /// snapshot's `S` or a replay's end): the normal overlap, no loss.
     pub discarded: u64,
     /// Sequence gaps found: a message whose sequence skipped numbers, or `info` saying more
-    /// was sent than arrived. Each was then filled by a replay or a snapshot.
+    /// was sent than arrived. Each was then filled by a replay or a snapshot, unless the
+    /// publisher has no replay socket (`unrecoverable`).
     pub gaps: u64,
+    /// Gaps that nothing could fill: the publisher has no replay socket
+    /// ([`Upstream::replay_endpoint`](super::Upstream::replay_endpoint) `None`). The index
+    /// misses what they carried.
+    pub unrecoverable: u64,
     /// Replays that filled what they were asked for.
     pub replays: u64,
     /// Messages those replays brought back.
@@ -36,8 +41,9 @@ pub struct Counters {
     /// Requests to the replay socket that failed: no answer in time, an error reply
     /// (`busy`, snapshots not available), an unusable reply. Each is retried.
     pub failed_requests: u64,
-    /// Live messages dropped because [`FollowOptions::max_buffered`](super::FollowOptions::max_buffered) messages or
-    /// [`FollowOptions::max_buffered_bytes`](super::FollowOptions::max_buffered_bytes) were held already.
+    /// Live messages dropped because [`FollowOptions::max_held`](super::FollowOptions::max_held)
+    /// messages or [`FollowOptions::max_held_bytes`](super::FollowOptions::max_held_bytes) were
+    /// held already.
     pub overflowed: u64,
     /// Times the index came back in sync: after the start, and after each incident (a
     /// gap, a new incarnation, a restart).
@@ -49,12 +55,13 @@ pub struct Counters {
     pub longest_convergence: Duration,
 }
 
-impl Counters {
-    pub(super) fn add(&mut self, other: &Counters) {
+impl FollowerCounters {
+    pub(super) fn add(&mut self, other: &FollowerCounters) {
         self.messages += other.messages;
         self.events += other.events;
         self.discarded += other.discarded;
         self.gaps += other.gaps;
+        self.unrecoverable += other.unrecoverable;
         self.replays += other.replays;
         self.replayed_messages += other.replayed_messages;
         self.snapshots += other.snapshots;
@@ -96,12 +103,12 @@ pub struct Notice {
     /// Which publisher.
     pub upstream: usize,
     /// What happened.
-    pub event: Happened,
+    pub kind: NoticeKind,
 }
 
 /// What a [`Notice`] tells. `Display` says it in one line for people.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Happened {
+pub enum NoticeKind {
     /// A snapshot became the index.
     Snapshot {
         /// Objects in it.
@@ -159,13 +166,21 @@ pub enum Happened {
         /// The one that came.
         sequence: u64,
     },
+    /// Sequences `from..=through` never arrived and the publisher has no replay socket to
+    /// ask: the index misses what they carried, and is not in sync from now on.
+    Unrecoverable {
+        /// The first sequence missing.
+        from: u64,
+        /// The last.
+        through: u64,
+    },
     /// The index is in sync again, `took` after the start or the incident.
     InSync {
         /// From the start, or from when the incident was noticed.
         took: Duration,
     },
-    /// The connection to the PUB endpoint closed; `info` will say whether the publisher
-    /// restarted.
+    /// The connection to the PUB endpoint closed; ZeroMQ reconnects. With a replay socket,
+    /// `info` is asked at once whether the publisher restarted.
     Disconnected,
     /// A message or reply was refused and skipped.
     Malformed(String),
@@ -186,10 +201,10 @@ fn millis(d: Duration) -> String {
     }
 }
 
-impl fmt::Display for Happened {
+impl fmt::Display for NoticeKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Happened::Snapshot {
+            NoticeKind::Snapshot {
                 objects,
                 next_sequence,
                 took,
@@ -199,7 +214,7 @@ impl fmt::Display for Happened {
                 "snapshot: {objects} objects, next sequence {next_sequence}, {}",
                 millis(*took)
             ),
-            Happened::Replayed {
+            NoticeKind::Replayed {
                 from,
                 through,
                 took,
@@ -208,7 +223,7 @@ impl fmt::Display for Happened {
                 "gap {from}..{through} filled by replay, {}",
                 millis(*took)
             ),
-            Happened::NotHeld {
+            NoticeKind::NotHeld {
                 from,
                 through,
                 oldest: 0,
@@ -216,7 +231,7 @@ impl fmt::Display for Happened {
                 f,
                 "gap {from}..{through}: the replay buffer holds nothing: snapshot"
             ),
-            Happened::NotHeld {
+            NoticeKind::NotHeld {
                 from,
                 through,
                 oldest,
@@ -224,7 +239,7 @@ impl fmt::Display for Happened {
                 f,
                 "gap {from}..{through}: the replay buffer holds from {oldest} on: snapshot"
             ),
-            Happened::ReplayShort {
+            NoticeKind::ReplayShort {
                 from,
                 through,
                 next,
@@ -232,22 +247,23 @@ impl fmt::Display for Happened {
                 f,
                 "gap {from}..{through}: the replay stopped before {next}: snapshot"
             ),
-            Happened::NewIncarnation { old, new } => {
+            NoticeKind::NewIncarnation { old, new } => {
                 write!(f, "new incarnation {new:016x} (was {old:016x}): snapshot")
             }
-            Happened::SequenceBack { last, sequence } => write!(
+            NoticeKind::SequenceBack { last, sequence } => write!(
                 f,
                 "the sequence went back from {last} to {sequence} (a restart): snapshot"
             ),
-            Happened::InSync { took } => write!(f, "in sync after {}", millis(*took)),
-            Happened::Disconnected => write!(
+            NoticeKind::Unrecoverable { from, through } => write!(
                 f,
-                "the connection closed; reconnecting, and asking info whether it restarted"
+                "gap {from}..{through}: no replay endpoint to fill it; the index misses it"
             ),
-            Happened::Malformed(why) => write!(f, "refused a message: {why}"),
-            Happened::Skipped(why) => write!(f, "skipped events: {why}"),
-            Happened::Failed(why) => write!(f, "{why}; retrying"),
-            Happened::Refused(why) => write!(f, "the publisher refused this subscriber: {why}"),
+            NoticeKind::InSync { took } => write!(f, "in sync after {}", millis(*took)),
+            NoticeKind::Disconnected => write!(f, "the connection closed; reconnecting"),
+            NoticeKind::Malformed(why) => write!(f, "refused a message: {why}"),
+            NoticeKind::Skipped(why) => write!(f, "skipped events: {why}"),
+            NoticeKind::Failed(why) => write!(f, "{why}; retrying"),
+            NoticeKind::Refused(why) => write!(f, "the publisher refused this subscriber: {why}"),
         }
     }
 }
@@ -263,9 +279,10 @@ pub struct Status {
     /// `next_sequence`, or one past the last message applied); `None` before the first
     /// snapshot.
     pub next_sequence: Option<u64>,
-    /// Whether the index is in sync: a snapshot taken, nothing buffered past a gap, no
+    /// Whether the index is in sync: a snapshot taken, nothing held past a gap, no
     /// recovery under way. Messages lost at the end of a burst are only known at the next
-    /// quiet check.
+    /// quiet check. Without a replay socket: every message of the publisher's life applied
+    /// (the first one taken was 0, none missing since).
     pub in_sync: bool,
     /// When the publisher was last heard from (a message or a reply).
     pub last_heard: Option<Instant>,

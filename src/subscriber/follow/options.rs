@@ -3,14 +3,16 @@
 use crate::subscriber::watch::{CurveClient, DEFAULT_MAX_MESSAGE_BYTES};
 use std::time::Duration;
 
-/// One publisher to follow: its PUB endpoint, its replay endpoint, and the subscriber's CURVE
-/// keys when it speaks CURVE (used on both sockets).
+/// One publisher to follow: its PUB endpoint, its replay endpoint if it has one, and the
+/// subscriber's CURVE keys when it speaks CURVE (used on both sockets).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Upstream {
     /// The PUB endpoint, e.g. `tcp://master-0:5557`.
     pub endpoint: String,
-    /// The replay endpoint, e.g. `tcp://master-0:5558`.
-    pub replay_endpoint: String,
+    /// The replay endpoint, e.g. `tcp://master-0:5558`. `None` for a publisher without one:
+    /// the follower then applies the stream from its first message on, with no snapshot, and
+    /// a gap is only counted ([`FollowerCounters::unrecoverable`](super::FollowerCounters::unrecoverable)).
+    pub replay_endpoint: Option<String>,
     /// The publisher's public key and the subscriber's key pair; `None`: plain.
     pub curve: Option<CurveClient>,
     /// What to subscribe to: the publisher's topic or a prefix of it; empty: everything.
@@ -18,11 +20,19 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// A plain upstream.
+    /// A plain upstream with a replay socket.
     pub fn new(endpoint: impl Into<String>, replay_endpoint: impl Into<String>) -> Upstream {
         Upstream {
+            replay_endpoint: Some(replay_endpoint.into()),
+            ..Upstream::stream_only(endpoint)
+        }
+    }
+
+    /// A plain upstream without a replay socket: its stream is all there is.
+    pub fn stream_only(endpoint: impl Into<String>) -> Upstream {
+        Upstream {
             endpoint: endpoint.into(),
-            replay_endpoint: replay_endpoint.into(),
+            replay_endpoint: None,
             curve: None,
             topic: Vec::new(),
         }
@@ -47,13 +57,13 @@ pub struct FollowOptions {
     /// and the incarnation; default 1 s.
     pub quiet_check: Duration,
     /// Live messages held while a snapshot or a replay is under way; past it they are
-    /// dropped (counted in [`Counters::overflowed`](super::Counters::overflowed)) and recovered like any loss. Default
+    /// dropped (counted in [`FollowerCounters::overflowed`](super::FollowerCounters::overflowed)) and recovered like any loss. Default
     /// 1,000,000.
-    pub max_buffered: usize,
+    pub max_held: usize,
     /// The most payload bytes those messages may hold together; past it, as past
-    /// `max_buffered`. Default 1 GiB: a million-object burst, held while a snapshot of as
+    /// `max_held`. Default 1 GiB: a million-object burst, held while a snapshot of as
     /// many is read, takes about a quarter of it.
-    pub max_buffered_bytes: usize,
+    pub max_held_bytes: usize,
     /// Whether the follower notes which objects each event changes, for
     /// [`Follower::take_changes`](super::Follower::take_changes); default off, since the
     /// note costs a lookup per event.
@@ -75,8 +85,8 @@ impl Default for FollowOptions {
             request_timeout: Duration::from_secs(5),
             retry_after: Duration::from_secs(1),
             quiet_check: Duration::from_secs(1),
-            max_buffered: 1_000_000,
-            max_buffered_bytes: 1 << 30,
+            max_held: 1_000_000,
+            max_held_bytes: 1 << 30,
             track_changes: false,
             keep_applied: false,
         }
