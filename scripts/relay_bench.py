@@ -383,6 +383,8 @@ def big(args):
             "rate": args.rate,
             "workload_s": round(done - started, 2),
             "log_in_sync_s_after_workload": round(max(0.0, t_log - done), 2),
+            # The machine's load (other processes share it), 1, 5 and 15 minutes.
+            "load_average": os.getloadavg(),
             "relay": {
                 "events_in": last["events_in"],
                 "masters_events_written": last["written"],
@@ -398,7 +400,12 @@ def big(args):
         # A new nats-py reader, while the demo lingers: once after the last snapshot
         # was written, so that it reads the snapshot and little log.
         took, said, count = reader_bootstrap(b, b.dir / "reader1.jsonl")
-        res["reader_bootstrap"] = {"process_s": took, "reader_says_s": said, "objects": count}
+        res["reader_bootstrap"] = {
+            "process_s": took,
+            "reader_says_s": said,
+            "objects": count,
+            "load_average": os.getloadavg(),
+        }
         say(f"reader.py bootstrapped {count} objects in {said:.2f} s ({took:.2f} s process)")
         res["relay"].update(
             relay_cpu_s=relay_cpu.last[0],
@@ -459,6 +466,7 @@ def big(args):
             "objects_before": res["demo1"]["objects_left"],
             "diff_events": after["diff_events"] - before["diff_events"],
             "first_message_to_log_in_sync_s": round(t_restart - t_first, 2),
+            "load_average": os.getloadavg(),
         }
         say(json.dumps(res["restart"]))
         demo2.wait()

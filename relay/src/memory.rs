@@ -3,8 +3,9 @@
 //! of one master), with JetStream's rules for appends (the expected last subject sequence,
 //! message ids) and a switch that makes every request fail (NATS down).
 
+use crate::batch::Snapshot;
 use crate::error::StoreError;
-use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, Store};
+use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, SnapshotWritten, Store};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
@@ -33,7 +34,7 @@ pub(crate) struct Shared {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Memory {
     pub(crate) shared: Rc<RefCell<Shared>>,
-    snapshot: Option<Result<SnapshotMeta, StoreError>>,
+    snapshot: Option<Result<SnapshotWritten, StoreError>>,
     bucket: Option<Result<(), StoreError>>,
 }
 
@@ -134,13 +135,20 @@ impl Store for Memory {
         Ok(shared.snapshots.get(name).cloned())
     }
 
-    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Vec<u8>) {
+    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot) {
         let mut shared = self.shared.borrow_mut();
         self.snapshot = Some(if shared.down {
             Err(down())
         } else {
-            shared.snapshots.insert(name.to_owned(), (meta, content));
-            Ok(meta)
+            let mut chunks = content.chunks(64 * 1024);
+            let bytes: Vec<u8> = chunks.by_ref().flatten().collect();
+            let written = SnapshotWritten {
+                meta,
+                bytes: bytes.len() as u64,
+                events: chunks.events(),
+            };
+            shared.snapshots.insert(name.to_owned(), (meta, bytes));
+            Ok(written)
         });
     }
 
@@ -148,7 +156,7 @@ impl Store for Memory {
         false
     }
 
-    fn snapshot_done(&mut self) -> Option<Result<SnapshotMeta, StoreError>> {
+    fn snapshot_done(&mut self) -> Option<Result<SnapshotWritten, StoreError>> {
         self.snapshot.take()
     }
 
