@@ -28,6 +28,12 @@ pub(crate) struct Shared {
     pub(crate) appends: u64,
     /// The next append is written but its acknowledgement lost (a NATS restart).
     pub(crate) lose_ack: bool,
+    /// Snapshots stay being written until [`Memory::finish_snapshot`] (a slow NATS).
+    pub(crate) slow_snapshots: bool,
+    /// The snapshot being written while `slow_snapshots`.
+    writing: Option<(String, SnapshotMeta, Snapshot)>,
+    /// The snapshot [`Memory::finish_snapshot`] wrote, not collected yet.
+    done: Option<SnapshotWritten>,
 }
 
 /// A handle on a store in memory; clones share it.
@@ -52,6 +58,38 @@ impl Memory {
             .filter(|(s, _)| s == subject)
             .map(|(_, m)| m.clone())
             .collect()
+    }
+}
+
+impl Memory {
+    /// Writes the snapshot being written (with `slow_snapshots`); false when there is none.
+    pub(crate) fn finish_snapshot(&self) -> bool {
+        let Some((name, meta, content)) = self.shared.borrow_mut().writing.take() else {
+            return false;
+        };
+        let written = self.write_snapshot(&name, meta, &content);
+        self.shared.borrow_mut().done = Some(written);
+        true
+    }
+
+    fn write_snapshot(
+        &self,
+        name: &str,
+        meta: SnapshotMeta,
+        content: &Snapshot,
+    ) -> SnapshotWritten {
+        let mut chunks = content.chunks(64 * 1024);
+        let bytes: Vec<u8> = chunks.by_ref().flatten().collect();
+        let written = SnapshotWritten {
+            meta,
+            bytes: bytes.len() as u64,
+            events: chunks.events(),
+        };
+        self.shared
+            .borrow_mut()
+            .snapshots
+            .insert(name.to_owned(), (meta, bytes));
+        written
     }
 }
 
@@ -136,28 +174,27 @@ impl Store for Memory {
     }
 
     fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot) {
-        let mut shared = self.shared.borrow_mut();
-        self.snapshot = Some(if shared.down {
-            Err(down())
+        let (is_down, slow) = {
+            let shared = self.shared.borrow();
+            (shared.down, shared.slow_snapshots)
+        };
+        if is_down {
+            self.snapshot = Some(Err(down()));
+        } else if slow {
+            self.shared.borrow_mut().writing = Some((name.to_owned(), meta, content));
         } else {
-            let mut chunks = content.chunks(64 * 1024);
-            let bytes: Vec<u8> = chunks.by_ref().flatten().collect();
-            let written = SnapshotWritten {
-                meta,
-                bytes: bytes.len() as u64,
-                events: chunks.events(),
-            };
-            shared.snapshots.insert(name.to_owned(), (meta, bytes));
-            Ok(written)
-        });
+            self.snapshot = Some(Ok(self.write_snapshot(name, meta, &content)));
+        }
     }
 
     fn snapshot_busy(&self) -> bool {
-        false
+        let shared = self.shared.borrow();
+        shared.writing.is_some() || shared.done.is_some()
     }
 
     fn snapshot_done(&mut self) -> Option<Result<SnapshotWritten, StoreError>> {
-        self.snapshot.take()
+        let finished = self.shared.borrow_mut().done.take().map(Ok);
+        self.snapshot.take().or(finished)
     }
 
     fn start_bucket(&mut self, entries: Vec<Entry>, note: Option<Entry>) {

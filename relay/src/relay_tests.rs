@@ -621,6 +621,61 @@ fn snapshots_follow_the_rule_and_a_relay_starts_from_one() {
 }
 
 #[test]
+fn a_snapshot_being_written_holds_the_log_state_it_started_at_and_the_log_goes_on() {
+    let memory = Memory::default();
+    memory.shared.borrow_mut().slow_snapshots = true;
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
+    let every = Options {
+        snapshot_every: Duration::ZERO,
+        ..options()
+    };
+    let mut relay = relay(fake, &memory, every);
+    turn(&mut relay);
+    assert!(relay.snapshot_writing(), "of the log's first message");
+    // The log goes on while the snapshot is written, in several turns.
+    relay
+        .source
+        .publish(0, &[(Kind::Removed, "t", "a", Medium::Cpu)]);
+    turn(&mut relay);
+    relay.source.publish(0, &[stored("u", "c")]);
+    turn(&mut relay);
+    assert_eq!(
+        memory.subject(SUBJECT).len(),
+        3,
+        "the log was not held back"
+    );
+    assert!(relay.up_to_date());
+    assert!(memory.finish_snapshot());
+    let (meta, content) = memory.shared.borrow().snapshots[BACKEND].clone();
+    assert_eq!(meta.stream_sequence, 1);
+    assert_eq!(
+        fold(&[Logged {
+            stream_sequence: 1,
+            headers: Default::default(),
+            payload: content.into(),
+        }]),
+        fold(&memory.subject(SUBJECT)[..1]),
+        "the state at its stream sequence, not after"
+    );
+    // Once written, the messages taken meanwhile are in what the relay holds, and the
+    // next snapshot has them.
+    turn(&mut relay);
+    assert_eq!(relay.counters.snapshots, 1);
+    assert_eq!(relay.held.index(), &relay.source.indexes[0]);
+    assert!(memory.finish_snapshot());
+    turn(&mut relay);
+    let (meta, content) = memory.shared.borrow().snapshots[BACKEND].clone();
+    assert_eq!(meta.stream_sequence, 3);
+    let snapshot = Logged {
+        stream_sequence: 3,
+        headers: Default::default(),
+        payload: content.into(),
+    };
+    assert_eq!(fold(&[snapshot]), relay.source.indexes[0]);
+}
+
+#[test]
 fn the_bucket_is_written_beside_the_log_and_a_relay_started_anew_marks_what_it_lacks() {
     let memory = Memory::default();
     let mut fake = Fake::new(1);
