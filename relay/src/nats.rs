@@ -72,7 +72,8 @@ impl Names {
 pub(crate) struct Nats {
     runtime: Runtime,
     context: jetstream::Context,
-    /// Another connection, whose requests wait up to [`LOAD_TIMEOUT`].
+    /// Another connection, whose requests wait up to [`LOAD_TIMEOUT`]: loads, and the
+    /// snapshots' writes.
     loader: jetstream::Context,
     names: Names,
     stream: stream::Stream,
@@ -248,7 +249,9 @@ impl Store for Nats {
     }
 
     fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot) {
-        let context = self.context.clone();
+        // On the other connection: a snapshot's chunks in flight would queue ahead of the
+        // log's appends on this one.
+        let context = self.loader.clone();
         let objects = self.objects.clone();
         let bucket = self.names.snapshots.clone();
         let name = name.to_owned();
