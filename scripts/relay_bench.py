@@ -200,6 +200,23 @@ class Relay(Lines):
         return out
 
 
+def master_next(replay: str) -> int:
+    """The master's `next_sequence`, from its replay socket's `info` (docs/spec.md)."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    try:
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.connect(replay)
+        dealer.send_multipart([b"", b"info"])
+        if not dealer.poll(30_000):
+            raise RuntimeError("the master's replay socket did not answer info")
+        return msgpack.unpackb(dealer.recv_multipart()[-1])["next_sequence"]
+    finally:
+        ctx.destroy(0)
+
+
 def log_synced(s):
     """Whether a status (this tree's) says the log holds the followed master's state."""
     return (
@@ -365,16 +382,20 @@ def big(args):
         done = wait_until("the workload's end", 3600, lambda: out.first("The workload is done"))
         say(f"demo 1: workload done in {done - started:.1f} s")
 
+        # The log holds the workload once it is in sync at or past the master's sequence at
+        # the workload's end (the relay's follower may be behind what the master sent).
+        last_sequence = master_next(b.replay)
+
         def log_in_sync():
-            st = log.status()
-            most = max((x["events_in"] for _, x in st), default=0)
             return next(
-                (t for t, x in st if t > done and log_synced(x) and x["events_in"] == most),
+                (
+                    t
+                    for t, x in log.status()
+                    if t > done and log_synced(x) and x["log_next"] >= last_sequence
+                ),
                 None,
             )
 
-        # The demo's last messages (heartbeats) are in once the follower's events stop growing.
-        time.sleep(1)
         t_log = wait_until("the log in sync", 3600, log_in_sync, 0.05)
         last = next(x for t, x in log.status() if t >= t_log)
         total = last["written"] + last["diff_events"]
@@ -383,6 +404,8 @@ def big(args):
             "rate": args.rate,
             "workload_s": round(done - started, 2),
             "log_in_sync_s_after_workload": round(max(0.0, t_log - done), 2),
+            # The machine's load (other processes share it), 1, 5 and 15 minutes.
+            "load_average": os.getloadavg(),
             "relay": {
                 "events_in": last["events_in"],
                 "masters_events_written": last["written"],
@@ -398,7 +421,12 @@ def big(args):
         # A new nats-py reader, while the demo lingers: once after the last snapshot
         # was written, so that it reads the snapshot and little log.
         took, said, count = reader_bootstrap(b, b.dir / "reader1.jsonl")
-        res["reader_bootstrap"] = {"process_s": took, "reader_says_s": said, "objects": count}
+        res["reader_bootstrap"] = {
+            "process_s": took,
+            "reader_says_s": said,
+            "objects": count,
+            "load_average": os.getloadavg(),
+        }
         say(f"reader.py bootstrapped {count} objects in {said:.2f} s ({took:.2f} s process)")
         res["relay"].update(
             relay_cpu_s=relay_cpu.last[0],
@@ -459,6 +487,7 @@ def big(args):
             "objects_before": res["demo1"]["objects_left"],
             "diff_events": after["diff_events"] - before["diff_events"],
             "first_message_to_log_in_sync_s": round(t_restart - t_first, 2),
+            "load_average": os.getloadavg(),
         }
         say(json.dumps(res["restart"]))
         demo2.wait()

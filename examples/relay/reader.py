@@ -111,9 +111,16 @@ async def load_snapshot(js, bucket: str, name: str, state: dict) -> int:
             pending_msgs_limit=-1,
             pending_bytes_limit=-1,
         )
-        await asyncio.wait_for(done.wait(), 120)
+        # A snapshot replaced meanwhile has its chunks purged: the rest never comes. Its
+        # info, checked whenever the chunks stop for a second, says so.
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), 1)
+            except asyncio.TimeoutError:
+                if (await store.get_info(name)).nuid != info.nuid:
+                    break
         await sub.unsubscribe()
-        if received[0] != info.size:  # replaced meanwhile: its chunks were purged
+        if received[0] != info.size:  # replaced meanwhile: load the newer one
             state.clear()
             return await load_snapshot(js, bucket, name, state)
     return sequence

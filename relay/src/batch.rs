@@ -7,7 +7,7 @@
 
 use mooncake_kv_events::subscriber::Index;
 use mooncake_kv_events::wire::{Checked, Event, Malformed, Message, MAX_BATCH_EVENTS};
-use mooncake_kv_events::Medium;
+use mooncake_kv_events::{Medium, MediumSet};
 use rmp::encode as mp;
 use rmp::Marker;
 
@@ -61,11 +61,12 @@ impl Context {
     }
 }
 
-/// `stored` or `removed`.
+/// `stored`, `removed`, or `cleared` (every object of a tenant gone).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     Stored,
     Removed,
+    Cleared,
 }
 
 impl Kind {
@@ -73,6 +74,7 @@ impl Kind {
         match self {
             Kind::Stored => "stored",
             Kind::Removed => "removed",
+            Kind::Cleared => "cleared",
         }
     }
 
@@ -80,6 +82,7 @@ impl Kind {
         match self {
             Kind::Stored => "BlockStored",
             Kind::Removed => "BlockRemoved",
+            Kind::Cleared => "AllBlocksCleared",
         }
     }
 }
@@ -116,20 +119,22 @@ fn optional(out: &mut Vec<u8>, v: Option<&str>) {
 
 /// One event of a difference, with every key a master's event of that kind has, in the
 /// master's order (spec section 5): `event_id` 0 (not the master's count), `timestamp` the
-/// batch's, `group_id` nil (the relay keeps no groups), the context's values.
-#[allow(clippy::too_many_arguments)] // The fields of one event.
+/// batch's, `group_id` nil (the relay keeps no groups), the context's values. `object` is
+/// the key and medium of a `stored` or `removed`, `None` for a `cleared` (medium nil).
 pub(crate) fn full_event(
     out: &mut Vec<u8>,
     context: &Context,
     backend: &str,
     kind: Kind,
     tenant: &[u8],
-    key: &[u8],
-    medium: Medium,
+    object: Option<(&[u8], Medium)>,
     now: u64,
 ) {
-    let stored = kind == Kind::Stored;
-    let keys = 15 + u32::from(stored) * 2 + u32::from(context.legacy) * (2 + u32::from(stored));
+    let keys = match kind {
+        Kind::Stored => 17 + u32::from(context.legacy) * 3,
+        Kind::Removed => 15 + u32::from(context.legacy) * 2,
+        Kind::Cleared => 11 + u32::from(context.legacy),
+    };
     let _ = mp::write_map_len(out, keys);
     text(out, "event_id");
     uint(out, 0);
@@ -159,6 +164,10 @@ pub(crate) fn full_event(
     text(out, "tenant_id");
     wire_bytes(out, tenant);
     text(out, "medium");
+    let Some((key, medium)) = object.filter(|_| kind != Kind::Cleared) else {
+        nil(out);
+        return;
+    };
     text(out, medium.as_str());
     text(out, "group_id");
     nil(out);
@@ -172,7 +181,7 @@ pub(crate) fn full_event(
     }
     text(out, "base_block_idx");
     nil(out);
-    if stored {
+    if kind == Kind::Stored {
         text(out, "token_ids");
         nil(out);
         text(out, "parent_hash");
@@ -269,6 +278,21 @@ impl Batches {
         self.in_batch = 0;
     }
 
+    /// The first `bytes` bytes of what is encoded so far, once there are as many (one part:
+    /// batches may be cut anywhere, as a snapshot's chunks are).
+    fn drain(&mut self, bytes: usize) -> Option<Vec<u8>> {
+        if self.part.len() < bytes {
+            return None;
+        }
+        let rest = self.part.split_off(bytes);
+        Some(std::mem::replace(&mut self.part, rest))
+    }
+
+    /// Everything encoded and not drained yet.
+    fn rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.part)
+    }
+
     /// Events pushed so far.
     pub(crate) fn events(&self) -> u64 {
         self.events
@@ -308,18 +332,70 @@ pub(crate) fn empty(timestamp_ms: u64, dp_rank: u64) -> Vec<u8> {
     out
 }
 
-/// The snapshot of `index`: one compact `stored` per medium of each object, in batches one
-/// after another. Returns it and its number of events.
-pub(crate) fn snapshot(index: &Index, backend: &str, now: u64) -> (Vec<u8>, u64) {
-    let mut batches = Batches::new(now, 0, usize::MAX);
-    for (tenant, key, media) in index.iter() {
-        for medium in media.iter() {
-            batches.push(|out| compact_stored(out, backend, tenant, key, medium, now));
+/// A snapshot to write: `index`, which its owner leaves unchanged while it is shared (see
+/// [`crate::held::Held::share`]), as one compact `stored` per medium of each object, in
+/// batches one after another, encoded a chunk at a time as it is written ([`Snapshot::chunks`]):
+/// never whole in memory.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    pub(crate) index: std::sync::Arc<Index>,
+    pub(crate) backend: String,
+    pub(crate) timestamp_ms: u64,
+}
+
+impl Snapshot {
+    /// Its content in chunks of `bytes` bytes (the last one fewer, none when empty).
+    pub(crate) fn chunks(&self, bytes: usize) -> Chunks<'_> {
+        Chunks {
+            objects: Box::new(self.index.iter()),
+            batches: Batches::new(self.timestamp_ms, 0, usize::MAX),
+            snapshot: self,
+            bytes,
+            done: false,
         }
     }
-    let events = batches.events();
-    let mut parts = batches.finish();
-    (parts.pop().unwrap_or_default(), events)
+}
+
+/// The chunks of a [`Snapshot`], encoded as they are asked for.
+pub(crate) struct Chunks<'a> {
+    objects: Box<dyn Iterator<Item = (&'a [u8], &'a [u8], MediumSet)> + Send + 'a>,
+    batches: Batches,
+    snapshot: &'a Snapshot,
+    bytes: usize,
+    done: bool,
+}
+
+impl Chunks<'_> {
+    /// The events encoded so far: all of them, once the last chunk is taken.
+    pub(crate) fn events(&self) -> u64 {
+        self.batches.events()
+    }
+}
+
+impl Iterator for Chunks<'_> {
+    type Item = Vec<u8>;
+
+    fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(chunk) = self.batches.drain(self.bytes) {
+                return Some(chunk);
+            }
+            if self.done {
+                let rest = self.batches.rest();
+                return (!rest.is_empty()).then_some(rest);
+            }
+            let Some((tenant, key, media)) = self.objects.next() else {
+                self.done = true;
+                self.batches.close_batch();
+                continue;
+            };
+            let (backend, now) = (&self.snapshot.backend, self.snapshot.timestamp_ms);
+            for medium in media.iter() {
+                self.batches
+                    .push(|out| compact_stored(out, backend, tenant, key, medium, now));
+            }
+        }
+    }
 }
 
 /// The timestamp of a payload's first batch, if it reads as one.
@@ -439,15 +515,24 @@ mod tests {
                     format!("k{i}").into_bytes()
                 };
                 batches.push(|out| {
-                    full_event(out, &context, "s", kind, b"t", &key, Medium::Disk, 7);
+                    full_event(
+                        out,
+                        &context,
+                        "s",
+                        kind,
+                        b"t",
+                        Some((&key, Medium::Disk)),
+                        7,
+                    );
                 });
             }
+            batches.push(|out| full_event(out, &context, "s", Kind::Cleared, b"t", None, 7));
             let parts = batches.finish();
             assert_eq!(parts.len(), 1);
             let messages = decode_all(&parts[0]);
             assert_eq!(
                 messages.iter().map(|m| m.events.len()).collect::<Vec<_>>(),
-                [64, 64, 2]
+                [64, 64, 3]
             );
             let first = &messages[0].events[0];
             assert_eq!(first.model_name.as_deref(), Some("m"));
@@ -458,13 +543,19 @@ mod tests {
                 messages[0].events[5].object_key.as_ref().unwrap().0,
                 [0xff, 0xfe]
             );
-            // The key counts of spec section 5: 17 for stored (20 legacy), 15 removed (17).
-            let raw = split(&parts[0]).unwrap()[0];
-            let value = rmpv::decode::read_value(&mut &raw[..]).unwrap();
+            let cleared = &messages[2].events[2];
+            assert_eq!(cleared.object_key, None);
+            assert_eq!(cleared.medium, None);
+            // The key counts of spec section 5: 17 for stored (20 legacy), 15 removed (17),
+            // 11 cleared (12).
+            let raws = split(&parts[0]).unwrap();
+            let value = rmpv::decode::read_value(&mut &raws[0][..]).unwrap();
             let events = value[1].as_array().unwrap();
             let keys = |e: &rmpv::Value| e.as_map().unwrap().len();
             assert_eq!(keys(&events[0]), if legacy { 20 } else { 17 });
             assert_eq!(keys(&events[1]), if legacy { 17 } else { 15 });
+            let last = rmpv::decode::read_value(&mut &raws[2][..]).unwrap();
+            assert_eq!(keys(&last[1][2]), if legacy { 12 } else { 11 });
         }
     }
 
@@ -477,10 +568,18 @@ mod tests {
                 index.store(b"u", format!("key-{i}").as_bytes(), Medium::Disk);
             }
         }
-        let (snapshot, events) = snapshot(&index, "s", 1);
-        assert_eq!(events, 1334);
+        let snapshot = Snapshot {
+            index: std::sync::Arc::new(index.clone()),
+            backend: "s".into(),
+            timestamp_ms: 1,
+        };
+        let mut chunks = snapshot.chunks(1000);
+        let pieces: Vec<Vec<u8>> = chunks.by_ref().collect();
+        assert_eq!(chunks.events(), 1334);
+        assert!(pieces[..pieces.len() - 1].iter().all(|c| c.len() == 1000));
+        assert!(!pieces[pieces.len() - 1].is_empty() && pieces[pieces.len() - 1].len() <= 1000);
         let mut back = Index::new();
-        for batch in checked(&snapshot).unwrap() {
+        for batch in checked(&pieces.concat()).unwrap() {
             assert!(batch.len() <= MAX_EVENTS);
             for change in batch.changes() {
                 back.apply_change(&change).unwrap();
@@ -497,8 +596,7 @@ mod tests {
                     "s",
                     Kind::Stored,
                     b"t",
-                    format!("{i}").as_bytes(),
-                    Medium::Cpu,
+                    Some((format!("{i}").as_bytes(), Medium::Cpu)),
                     1,
                 );
             });

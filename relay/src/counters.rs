@@ -20,7 +20,7 @@ pub(crate) struct Counters {
     pub(crate) snapshots: u64,
     /// Snapshots that failed (written again later).
     pub(crate) snapshot_failures: u64,
-    /// The last snapshot started: its objects, events and bytes.
+    /// The last snapshot: its objects (when started), events and bytes (when written).
     pub(crate) snapshot_objects: u64,
     pub(crate) snapshot_events: u64,
     pub(crate) snapshot_bytes: u64,

@@ -1,12 +1,15 @@
 //! What the log says: the fold of every log message written so far, which is what a reader
 //! of the stream holds, and (with a bucket) the objects whose bucket entry still has to be
-//! written.
+//! written. While a snapshot is written from the fold, the fold stays as it was and the
+//! log messages taken meanwhile wait, to be applied once the snapshot lets it go: the
+//! snapshot is encoded as it is sent, not copied.
 
 use crate::batch;
 use mooncake_kv_events::subscriber::{json_bytes, Index, DEFAULT_TENANT};
-use mooncake_kv_events::wire::{Change, Malformed};
+use mooncake_kv_events::wire::{Change, Checked, Malformed};
 use mooncake_kv_events::{Medium, MediumSet};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A tenant and an object key, as bytes.
 pub(crate) type Object = (Vec<u8>, Vec<u8>);
@@ -14,7 +17,11 @@ pub(crate) type Object = (Vec<u8>, Vec<u8>);
 /// The log's state and what the bucket lacks of it.
 #[derive(Debug, Default)]
 pub(crate) struct Held {
-    index: Index,
+    /// The fold, shared with a snapshot being written.
+    index: Arc<Index>,
+    /// Log messages (payload, stream sequence) taken while a snapshot shared the fold, in
+    /// order: not applied yet.
+    deferred: Vec<(bytes::Bytes, u64)>,
     /// Whether the bucket is written: only then are objects marked dirty.
     tracks: bool,
     /// Objects touched by log messages whose bucket entry may not say what `index` says,
@@ -41,26 +48,77 @@ impl Held {
         }
     }
 
-    /// The log's state.
+    /// The log's state, without the messages deferred while a snapshot is written
+    /// ([`Held::settle_now`] applies them).
     pub(crate) fn index(&self) -> &Index {
         &self.index
     }
 
-    /// Applies the batches of log message `stream_sequence`; returns how many events they
-    /// hold, or why the payload is not batches. An event the index cannot take is skipped
-    /// (malformed: as every reader skips it).
-    pub(crate) fn apply(&mut self, payload: &[u8], stream_sequence: u64) -> Result<u64, Malformed> {
-        let mut events = 0;
-        for batch in batch::checked(payload)? {
-            events += batch.len() as u64;
+    /// Applies the batches of log message `stream_sequence` (later, while a snapshot shares
+    /// the fold); returns how many events they hold, or why the payload is not batches. An
+    /// event the index cannot take is skipped (malformed: as every reader skips it).
+    pub(crate) fn apply(
+        &mut self,
+        payload: &bytes::Bytes,
+        stream_sequence: u64,
+    ) -> Result<u64, Malformed> {
+        let batches = batch::checked(payload)?;
+        let events = batches.iter().map(|b| b.len() as u64).sum();
+        if !self.settle() {
+            self.deferred.push((payload.clone(), stream_sequence));
+            return Ok(events);
+        }
+        self.fold(batches, stream_sequence);
+        Ok(events)
+    }
+
+    /// Applies `batches` to the fold, which no snapshot shares ([`Held::settle`] said so).
+    fn fold(&mut self, batches: Vec<Checked<&[u8]>>, stream_sequence: u64) {
+        let index = Arc::make_mut(&mut self.index);
+        for batch in batches {
             for change in batch.changes() {
                 if self.tracks {
-                    self.touch(&change, stream_sequence);
+                    touch(index, &mut self.dirty, &change, stream_sequence);
                 }
-                let _ = self.index.apply_change(&change);
+                let _ = index.apply_change(&change);
             }
         }
-        Ok(events)
+    }
+
+    /// Applies the deferred messages once no snapshot shares the fold; returns whether the
+    /// fold is then the log's state, shared with none (messages are applied at once).
+    pub(crate) fn settle(&mut self) -> bool {
+        if Arc::get_mut(&mut self.index).is_none() {
+            return false;
+        }
+        for (payload, stream_sequence) in std::mem::take(&mut self.deferred) {
+            // Checked when it was taken.
+            if let Ok(batches) = batch::checked(&payload) {
+                self.fold(batches, stream_sequence);
+            }
+        }
+        true
+    }
+
+    /// Applies the deferred messages now, on a copy of the fold if a snapshot still shares
+    /// it (a difference needs the log's state while a snapshot is written: rare).
+    pub(crate) fn settle_now(&mut self) {
+        if !self.deferred.is_empty() {
+            Arc::make_mut(&mut self.index);
+        }
+        self.settle();
+    }
+
+    /// Whether messages wait for a snapshot to let the fold go: the fold, and the dirty
+    /// objects, are behind the log.
+    pub(crate) fn deferring(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// The fold, to write a snapshot of: it stays as it is while shared. `None` while
+    /// another snapshot shares it.
+    pub(crate) fn share(&mut self) -> Option<Arc<Index>> {
+        self.settle().then(|| Arc::clone(&self.index))
     }
 
     /// Marks the objects of a log message as dirty without applying it (its effects are
@@ -72,31 +130,10 @@ impl Held {
     ) -> Result<(), Malformed> {
         for batch in batch::checked(payload)? {
             for change in batch.changes() {
-                self.touch(&change, stream_sequence);
+                touch(&self.index, &mut self.dirty, &change, stream_sequence);
             }
         }
         Ok(())
-    }
-
-    /// Marks what `event` changes as dirty: its object, or every object of the tenant a
-    /// `cleared` empties (looked up before the event is applied).
-    fn touch(&mut self, event: &Change<'_>, stream_sequence: u64) {
-        let Some(tenant) = event.tenant_id.bytes().map(tenant_name) else {
-            return;
-        };
-        if event.event_type.bytes() == Some(b"cleared") {
-            let keys: Vec<Vec<u8>> = self
-                .index
-                .tenant(tenant)
-                .map(|objects| objects.keys().cloned().collect())
-                .unwrap_or_default();
-            for key in keys {
-                self.dirty.insert((tenant.to_vec(), key), stream_sequence);
-            }
-        } else if let Some(key) = event.object_key.bytes() {
-            self.dirty
-                .insert((tenant.to_vec(), key.to_vec()), stream_sequence);
-        }
     }
 
     /// Marks `object` dirty as of `stream_sequence`.
@@ -108,7 +145,7 @@ impl Held {
     #[cfg(test)]
     pub(crate) fn load(&mut self, tenant: &[u8], key: &[u8], media: MediumSet) {
         for medium in media.iter() {
-            self.index.store(tenant, key, medium);
+            Arc::make_mut(&mut self.index).store(tenant, key, medium);
         }
     }
 
@@ -153,6 +190,30 @@ impl Held {
             "media": media.iter().map(Medium::as_str).collect::<Vec<_>>(),
         });
         Some(line.to_string())
+    }
+}
+
+/// Marks what `event` changes as dirty: its object, or every object of the tenant a
+/// `cleared` empties (looked up in `index` before the event is applied).
+fn touch(
+    index: &Index,
+    dirty: &mut HashMap<Object, u64>,
+    event: &Change<'_>,
+    stream_sequence: u64,
+) {
+    let Some(tenant) = event.tenant_id.bytes().map(tenant_name) else {
+        return;
+    };
+    if event.event_type.bytes() == Some(b"cleared") {
+        for key in index
+            .tenant(tenant)
+            .into_iter()
+            .flat_map(|objects| objects.keys())
+        {
+            dirty.insert((tenant.to_vec(), key.clone()), stream_sequence);
+        }
+    } else if let Some(key) = event.object_key.bytes() {
+        dirty.insert((tenant.to_vec(), key.to_vec()), stream_sequence);
     }
 }
 
@@ -203,12 +264,12 @@ mod tests {
     }
 
     /// One batch of `events`, then a second batch of none: a payload of two batches.
-    fn payload(events: Vec<Value>) -> Vec<u8> {
+    fn payload(events: Vec<Value>) -> bytes::Bytes {
         let mut out = Vec::new();
         let batch = Value::Array(vec![Value::from(1), Value::Array(events), Value::from(0)]);
         rmpv::encode::write_value(&mut out, &batch).unwrap();
         out.extend(crate::batch::empty(2, 0));
-        out
+        out.into()
     }
 
     #[test]
@@ -237,12 +298,54 @@ mod tests {
         assert!(held.index().is_empty());
         assert_eq!(held.take_dirty(1).len(), 1);
         assert_eq!(held.dirty_len(), 1);
-        assert!(held.apply(b"\x93", 4).is_err(), "not a batch");
+        let not_a_batch = bytes::Bytes::from_static(b"\x93");
+        assert!(held.apply(&not_a_batch, 4).is_err(), "not a batch");
 
         let mut untracked = Held::new(false);
         untracked.apply(&two, 1).unwrap();
         assert_eq!(untracked.dirty_len(), 0);
         assert_eq!(untracked.index().objects(), 2);
+    }
+
+    #[test]
+    fn while_a_snapshot_shares_the_fold_it_stays_as_shared_and_messages_wait_in_order() {
+        let mut held = Held::new(true);
+        held.apply(&payload(vec![event("stored", "t", Some(b"a"))]), 1)
+            .unwrap();
+        let shared = held.share().expect("nothing deferred");
+        let later = payload(vec![
+            event("removed", "t", Some(b"a")),
+            event("stored", "t", Some(b"b")),
+        ]);
+        assert_eq!(held.apply(&later, 2), Ok(2), "counted when taken");
+        held.apply(&payload(vec![event("cleared", "t", None)]), 3)
+            .unwrap();
+        assert!(held.deferring());
+        assert!(
+            held.share().is_none(),
+            "no snapshot of a fold behind the log"
+        );
+        assert_eq!(held.index(), &*shared, "the snapshot's fold is unchanged");
+        assert_eq!(held.dirty_len(), 1, "marked dirty when applied");
+        assert!(!held.settle(), "still shared");
+        drop(shared);
+        assert!(held.settle());
+        assert!(
+            held.index().is_empty(),
+            "removed, stored, cleared: in order"
+        );
+        assert_eq!(held.dirty_len(), 2);
+
+        // A difference cannot wait for the snapshot: the fold is copied.
+        held.apply(&payload(vec![event("stored", "t", Some(b"c"))]), 4)
+            .unwrap();
+        let shared = held.share().expect("nothing deferred");
+        held.apply(&payload(vec![event("stored", "t", Some(b"d"))]), 5)
+            .unwrap();
+        held.settle_now();
+        assert!(!held.deferring());
+        assert_eq!(held.index().objects(), 2);
+        assert_eq!(shared.objects(), 1);
     }
 
     #[test]

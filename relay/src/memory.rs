@@ -3,8 +3,9 @@
 //! of one master), with JetStream's rules for appends (the expected last subject sequence,
 //! message ids) and a switch that makes every request fail (NATS down).
 
+use crate::batch::Snapshot;
 use crate::error::StoreError;
-use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, Store};
+use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, SnapshotWritten, Store};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
@@ -27,13 +28,19 @@ pub(crate) struct Shared {
     pub(crate) appends: u64,
     /// The next append is written but its acknowledgement lost (a NATS restart).
     pub(crate) lose_ack: bool,
+    /// Snapshots stay being written until [`Memory::finish_snapshot`] (a slow NATS).
+    pub(crate) slow_snapshots: bool,
+    /// The snapshot being written while `slow_snapshots`.
+    writing: Option<(String, SnapshotMeta, Snapshot)>,
+    /// The snapshot [`Memory::finish_snapshot`] wrote, not collected yet.
+    done: Option<SnapshotWritten>,
 }
 
 /// A handle on a store in memory; clones share it.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Memory {
     pub(crate) shared: Rc<RefCell<Shared>>,
-    snapshot: Option<Result<SnapshotMeta, StoreError>>,
+    snapshot: Option<Result<SnapshotWritten, StoreError>>,
     bucket: Option<Result<(), StoreError>>,
 }
 
@@ -51,6 +58,38 @@ impl Memory {
             .filter(|(s, _)| s == subject)
             .map(|(_, m)| m.clone())
             .collect()
+    }
+}
+
+impl Memory {
+    /// Writes the snapshot being written (with `slow_snapshots`); false when there is none.
+    pub(crate) fn finish_snapshot(&self) -> bool {
+        let Some((name, meta, content)) = self.shared.borrow_mut().writing.take() else {
+            return false;
+        };
+        let written = self.write_snapshot(&name, meta, &content);
+        self.shared.borrow_mut().done = Some(written);
+        true
+    }
+
+    fn write_snapshot(
+        &self,
+        name: &str,
+        meta: SnapshotMeta,
+        content: &Snapshot,
+    ) -> SnapshotWritten {
+        let mut chunks = content.chunks(64 * 1024);
+        let bytes: Vec<u8> = chunks.by_ref().flatten().collect();
+        let written = SnapshotWritten {
+            meta,
+            bytes: bytes.len() as u64,
+            events: chunks.events(),
+        };
+        self.shared
+            .borrow_mut()
+            .snapshots
+            .insert(name.to_owned(), (meta, bytes));
+        written
     }
 }
 
@@ -134,22 +173,28 @@ impl Store for Memory {
         Ok(shared.snapshots.get(name).cloned())
     }
 
-    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Vec<u8>) {
-        let mut shared = self.shared.borrow_mut();
-        self.snapshot = Some(if shared.down {
-            Err(down())
+    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot) {
+        let (is_down, slow) = {
+            let shared = self.shared.borrow();
+            (shared.down, shared.slow_snapshots)
+        };
+        if is_down {
+            self.snapshot = Some(Err(down()));
+        } else if slow {
+            self.shared.borrow_mut().writing = Some((name.to_owned(), meta, content));
         } else {
-            shared.snapshots.insert(name.to_owned(), (meta, content));
-            Ok(meta)
-        });
+            self.snapshot = Some(Ok(self.write_snapshot(name, meta, &content)));
+        }
     }
 
     fn snapshot_busy(&self) -> bool {
-        false
+        let shared = self.shared.borrow();
+        shared.writing.is_some() || shared.done.is_some()
     }
 
-    fn snapshot_done(&mut self) -> Option<Result<SnapshotMeta, StoreError>> {
-        self.snapshot.take()
+    fn snapshot_done(&mut self) -> Option<Result<SnapshotWritten, StoreError>> {
+        let finished = self.shared.borrow_mut().done.take().map(Ok);
+        self.snapshot.take().or(finished)
     }
 
     fn start_bucket(&mut self, entries: Vec<Entry>, note: Option<Entry>) {

@@ -4,8 +4,9 @@
 //! runtime (`block_on`), whose worker also keeps the connection alive while the loop waits
 //! on ZeroMQ, and runs the snapshot and bucket writes as tasks beside the loop.
 
+use crate::batch::Snapshot;
 use crate::error::StoreError;
-use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, Store};
+use crate::store::{Appended, Entry, LogMessage, Logged, SnapshotMeta, SnapshotWritten, Store};
 use async_nats::jetstream::consumer::{pull, AckPolicy, DeliverPolicy};
 use async_nats::jetstream::context::{Publish, PublishErrorKind};
 use async_nats::jetstream::{self, stream};
@@ -71,12 +72,13 @@ impl Names {
 pub(crate) struct Nats {
     runtime: Runtime,
     context: jetstream::Context,
-    /// Another connection, whose requests wait up to [`LOAD_TIMEOUT`].
+    /// Another connection, whose requests wait up to [`LOAD_TIMEOUT`]: loads, and the
+    /// snapshots' writes.
     loader: jetstream::Context,
     names: Names,
     stream: stream::Stream,
     objects: stream::Stream,
-    snapshot: Option<JoinHandle<Result<SnapshotMeta, StoreError>>>,
+    snapshot: Option<JoinHandle<Result<SnapshotWritten, StoreError>>>,
     bucket: Option<JoinHandle<Result<(), StoreError>>>,
     /// The bucket's delete markers this relay wrote, oldest first, until purged.
     markers: Markers,
@@ -246,14 +248,15 @@ impl Store for Nats {
         Ok(Some((meta, content)))
     }
 
-    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Vec<u8>) {
-        let context = self.context.clone();
+    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot) {
+        // On the other connection: a snapshot's chunks in flight would queue ahead of the
+        // log's appends on this one.
+        let context = self.loader.clone();
         let objects = self.objects.clone();
         let bucket = self.names.snapshots.clone();
         let name = name.to_owned();
         self.snapshot = Some(self.runtime.spawn(async move {
-            put_snapshot(&context, &objects, &bucket, &name, meta, content).await?;
-            Ok(meta)
+            put_snapshot(&context, &objects, &bucket, &name, meta, &content).await
         }));
     }
 
@@ -261,7 +264,7 @@ impl Store for Nats {
         self.snapshot.is_some()
     }
 
-    fn snapshot_done(&mut self) -> Option<Result<SnapshotMeta, StoreError>> {
+    fn snapshot_done(&mut self) -> Option<Result<SnapshotWritten, StoreError>> {
         let mut task = self.snapshot.take();
         let done = self.done(&mut task);
         self.snapshot = task;
@@ -385,8 +388,8 @@ async fn put_snapshot(
     bucket: &str,
     name: &str,
     meta: SnapshotMeta,
-    content: Vec<u8>,
-) -> Result<(), StoreError> {
+    content: &Snapshot,
+) -> Result<SnapshotWritten, StoreError> {
     let failed = |e: &dyn std::fmt::Display| StoreError::failed("writing a snapshot", e);
     let meta_subject = format!("$O.{bucket}.M.{}", URL_SAFE.encode(name));
     let old = match objects.get_last_raw_message_by_subject(&meta_subject).await {
@@ -397,13 +400,17 @@ async fn put_snapshot(
     };
     let nuid = nuid::next().to_string();
     let chunk_subject = format!("$O.{bucket}.C.{nuid}");
-    let content = bytes::Bytes::from(content);
     let mut acks = std::collections::VecDeque::new();
-    let mut chunks = 0;
-    for start in (0..content.len()).step_by(CHUNK_BYTES) {
-        let chunk = content.slice(start..(start + CHUNK_BYTES).min(content.len()));
+    let (mut chunks, mut size) = (0, 0);
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut encoded = content.chunks(CHUNK_BYTES);
+    // Encoded a chunk at a time, each sent before the next is made: what the snapshot
+    // takes in memory is the window's chunks, whatever the index's size.
+    for chunk in encoded.by_ref() {
+        digest.update(&chunk);
+        size += chunk.len();
         let ack = context
-            .publish(chunk_subject.clone(), chunk)
+            .publish(chunk_subject.clone(), chunk.into())
             .await
             .map_err(|e| failed(&e))?;
         acks.push_back(ack);
@@ -414,10 +421,12 @@ async fn put_snapshot(
             }
         }
     }
+    let events = encoded.events();
+    drop(encoded);
     for ack in acks {
         ack.await.map_err(|e| failed(&e))?;
     }
-    let digest = ring::digest::digest(&ring::digest::SHA256, &content);
+    let digest = digest.finish();
     let values = serde_json::json!({
         STREAM_SEQUENCE: meta.stream_sequence.to_string(),
         crate::log::INCARNATION: format!("{:016x}", meta.incarnation),
@@ -437,7 +446,7 @@ async fn put_snapshot(
         "options": {"max_chunk_size": CHUNK_BYTES},
         "bucket": bucket,
         "nuid": nuid,
-        "size": content.len(),
+        "size": size,
         "chunks": chunks,
         "digest": format!("SHA-256={}", URL_SAFE.encode(digest.as_ref())),
     });
@@ -456,7 +465,11 @@ async fn put_snapshot(
             .await
             .map_err(|e| failed(&e))?;
     }
-    Ok(())
+    Ok(SnapshotWritten {
+        meta,
+        bytes: size as u64,
+        events,
+    })
 }
 
 /// Puts (`Some`) or deletes (`None`) entries of `bucket`, [`WINDOW`] sent ahead of their

@@ -15,7 +15,7 @@ use crate::names::{diff_id, events_id, subject, token};
 use crate::source::Source;
 use crate::store::{SnapshotMeta, Store};
 use mooncake_kv_events::subscriber::{AppliedMessage, Changes, Index, Notice};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long one turn writes the master's messages before the follower reads again.
@@ -149,7 +149,7 @@ impl<S: Source, T: Store> Relay<S, T> {
         let mut held = Held::new(options.bucket);
         let (last, position, snapshot) = match store.load_snapshot(&token(backend.as_bytes()))? {
             Some((meta, content)) => {
-                held.apply(&content, meta.stream_sequence)
+                held.apply(&content.into(), meta.stream_sequence)
                     .map_err(|e| StoreError::Unreadable {
                         what: format!("the snapshot of {backend}: {e}"),
                     })?;
@@ -297,7 +297,9 @@ impl<S: Source, T: Store> Relay<S, T> {
         if let Some(outcome) = self.store.snapshot_done() {
             if let Some((meta, events, started)) = self.snapshots.writing.take() {
                 match outcome {
-                    Ok(_) => {
+                    Ok(written) => {
+                        self.counters.snapshot_bytes = written.bytes;
+                        self.counters.snapshot_events = written.events;
                         self.snapshots.last = Some(meta);
                         self.snapshots.events_since =
                             self.snapshots.events_since.saturating_sub(events);
@@ -308,6 +310,7 @@ impl<S: Source, T: Store> Relay<S, T> {
                 }
             }
         }
+        self.held.settle();
         if let Some(bucket) = &mut self.bucket {
             bucket.collect(&mut self.store, &mut self.held);
         }
@@ -487,9 +490,11 @@ impl<S: Source, T: Store> Relay<S, T> {
     }
 
     /// Writes the difference between what the log holds and publisher `i`'s state before
-    /// `next`, in parts of at most [`MAX_PAYLOAD`] bytes of batches, every `removed` before
-    /// every `stored` (one empty batch when there is none: the log still notes the new
-    /// position). Only with the truth at hand: publisher `i` in sync.
+    /// `next`, in parts of at most [`MAX_PAYLOAD`] bytes of batches, every `removed` (and
+    /// `cleared`) before every `stored` (one empty batch when there is none: the log still
+    /// notes the new position). At a new incarnation, a tenant whose difference takes more
+    /// events than a `cleared` and a `stored` per medium it holds is written that way
+    /// ([`cheaper_cleared`]). Only with the truth at hand: publisher `i` in sync.
     fn difference(&mut self, i: usize, incarnation: u64, next: u64) -> Result<(), StoreError> {
         let now = now_ms();
         let context = match &self.context {
@@ -499,21 +504,61 @@ impl<S: Source, T: Store> Relay<S, T> {
         let backend = self.options.backend.clone();
         let mut removed = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
         let mut stored = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
-        difference(
-            self.held.index(),
-            self.source.index(i),
-            &self.changes[i],
-            |kind, tenant, key, medium| {
-                let batches = if kind == Kind::Removed {
-                    &mut removed
-                } else {
-                    &mut stored
-                };
-                batches.push(|out| {
-                    batch::full_event(out, &context, &backend, kind, tenant, key, medium, now);
-                });
-            },
-        );
+        self.held.settle_now();
+        let (held, truth, changes) = (self.held.index(), self.source.index(i), &self.changes[i]);
+        // Only where the master restarted (its subscribers replace their index too): at a
+        // gap of the same master, an object both hold is never gone a moment in the log.
+        let restarted = self
+            .log
+            .position
+            .is_some_and(|p| p.incarnation != incarnation);
+        let cleared = if restarted {
+            cheaper_cleared(held, truth, changes)
+        } else {
+            BTreeSet::new()
+        };
+        for tenant in &cleared {
+            removed.push(|out| {
+                batch::full_event(out, &context, &backend, Kind::Cleared, tenant, None, now);
+            });
+            for (key, media) in truth.tenant(tenant).into_iter().flatten() {
+                for medium in media.iter() {
+                    stored.push(|out| {
+                        let object = Some((key.as_slice(), medium));
+                        batch::full_event(
+                            out,
+                            &context,
+                            &backend,
+                            Kind::Stored,
+                            tenant,
+                            object,
+                            now,
+                        );
+                    });
+                }
+            }
+        }
+        difference(held, truth, changes, |kind, tenant, key, medium| {
+            if cleared.contains(tenant) {
+                return;
+            }
+            let batches = if kind == Kind::Removed {
+                &mut removed
+            } else {
+                &mut stored
+            };
+            batches.push(|out| {
+                batch::full_event(
+                    out,
+                    &context,
+                    &backend,
+                    kind,
+                    tenant,
+                    Some((key, medium)),
+                    now,
+                );
+            });
+        });
         let total = removed.events() + stored.events();
         let mut parts = removed.finish();
         parts.extend(stored.finish());
@@ -595,24 +640,32 @@ impl<S: Source, T: Store> Relay<S, T> {
         if !by_events && !by_quiet && !by_time {
             return;
         }
+        let Some(index) = self.held.share() else {
+            return;
+        };
         let meta = SnapshotMeta {
             stream_sequence: self.log.last,
             incarnation: p.incarnation,
             next_sequence: p.next,
         };
-        let (content, snapshot_events) =
-            batch::snapshot(self.held.index(), &self.options.backend, now_ms());
         self.counters.snapshot_objects = objects;
-        self.counters.snapshot_events = snapshot_events;
-        self.counters.snapshot_bytes = content.len() as u64;
+        let content = batch::Snapshot {
+            index,
+            backend: self.options.backend.clone(),
+            timestamp_ms: now_ms(),
+        };
         let name = token(self.options.backend.as_bytes());
         self.store.start_snapshot(&name, meta, content);
         self.snapshots.writing = Some((meta, events, Instant::now()));
         self.snapshots.at = Instant::now();
     }
 
-    /// Starts the next bucket writes, if there is a bucket.
+    /// Starts the next bucket writes, if there is a bucket; none while log messages wait
+    /// for a snapshot (the bucket would be noted as reflecting what the fold lacks).
     fn flush_bucket(&mut self) {
+        if self.held.deferring() {
+            return;
+        }
         if let Some(bucket) = &mut self.bucket {
             bucket.flush(
                 &mut self.store,
@@ -632,10 +685,9 @@ impl<S: Source, T: Store> Relay<S, T> {
         };
         let status = self.source.status(i);
         let bucket_done = self.role != Role::Writer
-            || self
-                .bucket
-                .as_ref()
-                .is_none_or(|b| self.held.dirty_len() == 0 && !b.busy(&self.store));
+            || self.bucket.as_ref().is_none_or(|b| {
+                self.held.dirty_len() == 0 && !self.held.deferring() && !b.busy(&self.store)
+            });
         status.in_sync
             && bucket_done
             && self.pending.is_empty()
@@ -739,6 +791,31 @@ pub(crate) fn difference(
             }
         }
     }
+}
+
+/// The tenants for which a `cleared` then a `stored` per medium of `truth` takes fewer
+/// events than the [`difference`] from `held`: a master that restarted with little of its
+/// old state costs an event per tenant, not a removal per object the log held.
+pub(crate) fn cheaper_cleared(held: &Index, truth: &Index, changes: &Changes) -> BTreeSet<Vec<u8>> {
+    let mut events: HashMap<Vec<u8>, u64> = HashMap::new();
+    difference(held, truth, changes, |_, tenant, _, _| {
+        match events.get_mut(tenant) {
+            Some(n) => *n += 1,
+            None => {
+                events.insert(tenant.to_vec(), 1);
+            }
+        }
+    });
+    events
+        .into_iter()
+        .filter(|(tenant, n)| {
+            let stored: usize = truth
+                .tenant(tenant)
+                .map_or(0, |objects| objects.values().map(|m| m.len()).sum());
+            held.tenant(tenant).is_some() && (1 + stored as u64) < *n
+        })
+        .map(|(tenant, _)| tenant)
+        .collect()
 }
 
 #[cfg(test)]

@@ -103,8 +103,7 @@ impl Fake {
                     BACKEND,
                     kind,
                     tenant.as_bytes(),
-                    key.as_bytes(),
-                    medium,
+                    Some((key.as_bytes(), medium)),
                     1,
                 );
             });
@@ -321,6 +320,59 @@ fn a_discontinuity_is_a_difference_with_the_keys_of_the_masters_events_and_only_
     assert_eq!(kinds(&log).last(), Some(&"diff"));
     assert_eq!(fold(&log), relay.source.indexes[0]);
     assert_eq!(relay.counters.diffs, 3);
+    assert!(relay.up_to_date());
+}
+
+#[test]
+fn a_master_restarted_with_little_of_its_state_costs_a_cleared_not_a_removal_per_object() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    let keys: Vec<String> = (0..50).map(|k| format!("k{k}")).collect();
+    let mut old: Vec<(&str, &str)> = keys.iter().map(|k| ("t", k.as_str())).collect();
+    old.push(("u", "kept"));
+    fake.snapshot(0, 1, 0, &old);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    // The new incarnation holds one of tenant t's 50 objects and another: a `cleared` and
+    // two `stored` for t, where a difference takes 49 `removed` and one `stored`; tenant
+    // u, where the difference is one `stored`, keeps it.
+    relay.source.snapshot(
+        0,
+        2,
+        0,
+        &[("t", "k7"), ("t", "new"), ("u", "kept"), ("u", "x")],
+    );
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(kinds(&log), ["diff", "diff"]);
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    let mut events: Vec<(String, String, Option<Vec<u8>>)> = crate::batch::split(&log[1].payload)
+        .unwrap()
+        .into_iter()
+        .flat_map(|b| {
+            Message::<Event>::decode(&[&[][..], &[0u8; 8][..], b])
+                .expect("the strict decoder takes it")
+                .events
+        })
+        .map(|e| {
+            let tenant = String::from_utf8(e.tenant_id.0.clone()).unwrap();
+            (
+                format!("{:?}", e.event_type),
+                tenant,
+                e.object_key.map(|k| k.0),
+            )
+        })
+        .collect();
+    assert_eq!(events.remove(0), ("Cleared".into(), "t".into(), None));
+    events.sort();
+    assert_eq!(
+        events,
+        [
+            ("Stored".into(), "t".into(), Some(b"k7".to_vec())),
+            ("Stored".into(), "t".into(), Some(b"new".to_vec())),
+            ("Stored".into(), "u".into(), Some(b"x".to_vec())),
+        ]
+    );
     assert!(relay.up_to_date());
 }
 
@@ -566,6 +618,61 @@ fn snapshots_follow_the_rule_and_a_relay_starts_from_one() {
     turn(&mut second);
     assert_eq!(memory.subject(SUBJECT).len(), 4, "nothing written");
     assert!(second.up_to_date());
+}
+
+#[test]
+fn a_snapshot_being_written_holds_the_log_state_it_started_at_and_the_log_goes_on() {
+    let memory = Memory::default();
+    memory.shared.borrow_mut().slow_snapshots = true;
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
+    let every = Options {
+        snapshot_every: Duration::ZERO,
+        ..options()
+    };
+    let mut relay = relay(fake, &memory, every);
+    turn(&mut relay);
+    assert!(relay.snapshot_writing(), "of the log's first message");
+    // The log goes on while the snapshot is written, in several turns.
+    relay
+        .source
+        .publish(0, &[(Kind::Removed, "t", "a", Medium::Cpu)]);
+    turn(&mut relay);
+    relay.source.publish(0, &[stored("u", "c")]);
+    turn(&mut relay);
+    assert_eq!(
+        memory.subject(SUBJECT).len(),
+        3,
+        "the log was not held back"
+    );
+    assert!(relay.up_to_date());
+    assert!(memory.finish_snapshot());
+    let (meta, content) = memory.shared.borrow().snapshots[BACKEND].clone();
+    assert_eq!(meta.stream_sequence, 1);
+    assert_eq!(
+        fold(&[Logged {
+            stream_sequence: 1,
+            headers: Default::default(),
+            payload: content.into(),
+        }]),
+        fold(&memory.subject(SUBJECT)[..1]),
+        "the state at its stream sequence, not after"
+    );
+    // Once written, the messages taken meanwhile are in what the relay holds, and the
+    // next snapshot has them.
+    turn(&mut relay);
+    assert_eq!(relay.counters.snapshots, 1);
+    assert_eq!(relay.held.index(), &relay.source.indexes[0]);
+    assert!(memory.finish_snapshot());
+    turn(&mut relay);
+    let (meta, content) = memory.shared.borrow().snapshots[BACKEND].clone();
+    assert_eq!(meta.stream_sequence, 3);
+    let snapshot = Logged {
+        stream_sequence: 3,
+        headers: Default::default(),
+        payload: content.into(),
+    };
+    assert_eq!(fold(&[snapshot]), relay.source.indexes[0]);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! the relay knows of); snapshots and bucket writes are started, run beside the loop, and
 //! their outcome collected later, so that neither ever holds the log back.
 
+use crate::batch::Snapshot;
 use crate::error::StoreError;
 use std::collections::BTreeMap;
 
@@ -57,6 +58,14 @@ pub(crate) struct SnapshotMeta {
     pub(crate) next_sequence: u64,
 }
 
+/// A snapshot written: what it says of itself, its size and its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SnapshotWritten {
+    pub(crate) meta: SnapshotMeta,
+    pub(crate) bytes: u64,
+    pub(crate) events: u64,
+}
+
 /// A bucket entry to put (`Some`) or delete (`None`).
 pub(crate) type Entry = (String, Option<String>);
 
@@ -79,15 +88,15 @@ pub(crate) trait Store {
     /// The snapshot object `name`, if there is one.
     fn load_snapshot(&mut self, name: &str) -> Result<Option<(SnapshotMeta, Vec<u8>)>, StoreError>;
 
-    /// Starts writing snapshot object `name`; its outcome comes from
-    /// [`Store::snapshot_done`].
-    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Vec<u8>);
+    /// Starts writing snapshot object `name`, encoding `content` as it goes; its outcome
+    /// comes from [`Store::snapshot_done`], and `content`'s index is let go by then.
+    fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot);
 
     /// Whether a snapshot is being written.
     fn snapshot_busy(&self) -> bool;
 
     /// The outcome of the last snapshot started, once, when it is done.
-    fn snapshot_done(&mut self) -> Option<Result<SnapshotMeta, StoreError>>;
+    fn snapshot_done(&mut self) -> Option<Result<SnapshotWritten, StoreError>>;
 
     /// Starts writing `entries` into the objects' bucket, then (once they are all
     /// acknowledged) `note` into the positions' bucket; the outcome comes from
