@@ -80,7 +80,13 @@ pub(crate) struct Nats {
     bucket: Option<JoinHandle<Result<(), StoreError>>>,
     /// The bucket's delete markers this relay wrote, oldest first, until purged.
     markers: Markers,
+    /// The last stream sequence of the bucket's stream as this relay's writes left it;
+    /// `None` when not known (read again before the next writes).
+    bucket_last: BucketLast,
 }
+
+/// See [`Nats::bucket_last`].
+type BucketLast = std::sync::Arc<std::sync::Mutex<Option<u64>>>;
 
 /// Delete markers written: when, the subject, its stream sequence.
 type Markers = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<(Instant, String, u64)>>>;
@@ -136,6 +142,7 @@ impl Nats {
             snapshot: None,
             bucket: None,
             markers: Markers::default(),
+            bucket_last: BucketLast::default(),
         })
     }
 
@@ -274,11 +281,26 @@ impl Store for Nats {
         };
         let context = self.context.clone();
         let (markers, age) = (self.markers.clone(), self.names.marker_age);
+        let known = self.bucket_last.clone();
         self.bucket = Some(self.runtime.spawn(async move {
             purge_markers(&context, &bucket, &markers, age).await?;
-            write_entries(&context, &bucket, entries, Some(&markers)).await?;
+            // Known again after a failure: the writes of another relay (or of this one's
+            // unacknowledged ones) may have moved it.
+            let noted = *known.lock().unwrap_or_else(|e| e.into_inner());
+            let last = match noted {
+                Some(last) => last,
+                None => bucket_last(&context, &bucket).await?,
+            };
+            let fence = Fence { last };
+            match write_entries(&context, &bucket, entries, Some(&markers), Some(fence)).await {
+                Ok(last) => *known.lock().unwrap_or_else(|e| e.into_inner()) = last,
+                Err(e) => {
+                    *known.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    return Err(e);
+                }
+            }
             if let Some(note) = note {
-                write_entries(&context, &Names::positions(&bucket), vec![note], None).await?;
+                write_entries(&context, &Names::positions(&bucket), vec![note], None, None).await?;
             }
             Ok(())
         }));
@@ -459,14 +481,41 @@ async fn put_snapshot(
     Ok(())
 }
 
+/// Where the bucket's stream stood after this relay's last writes to it: each entry is
+/// written only on top of the one before (`Nats-Expected-Last-Sequence`), so that once
+/// another relay wrote the bucket, no write of this one lands after it: a writer that
+/// stalled and was taken over cannot put back an entry the new writer wrote since.
+#[derive(Clone, Copy, Debug)]
+struct Fence {
+    /// The bucket stream's last sequence before the first entry.
+    last: u64,
+}
+
+/// The last sequence of `bucket`'s stream now.
+async fn bucket_last(context: &jetstream::Context, bucket: &str) -> Result<u64, StoreError> {
+    let failed = |e: &dyn std::fmt::Display| StoreError::failed("reading the bucket's state", e);
+    let mut stream = context
+        .get_stream(format!("KV_{bucket}"))
+        .await
+        .map_err(|e| failed(&e))?;
+    Ok(stream
+        .info()
+        .await
+        .map_err(|e| failed(&e))?
+        .state
+        .last_sequence)
+}
+
 /// Puts (`Some`) or deletes (`None`) entries of `bucket`, [`WINDOW`] sent ahead of their
-/// acknowledgements.
+/// acknowledgements; with a `fence`, each on top of the one before. Returns the stream
+/// sequence of the last entry (the fence's when there are none).
 async fn write_entries(
     context: &jetstream::Context,
     bucket: &str,
     entries: Vec<Entry>,
     markers: Option<&Markers>,
-) -> Result<(), StoreError> {
+    fence: Option<Fence>,
+) -> Result<Option<u64>, StoreError> {
     let failed = |e: &dyn std::fmt::Display| StoreError::failed("writing to the bucket", e);
     let mut acks = std::collections::VecDeque::new();
     // A delete marker's subject and stream sequence, noted for its purge.
@@ -477,15 +526,19 @@ async fn write_entries(
             }
         }
     };
-    for (key, value) in entries {
+    let mut last = fence.map(|f| f.last);
+    for (k, (key, value)) in entries.into_iter().enumerate() {
         let subject = format!("$KV.{bucket}.{key}");
-        let (publish, marker) = match value {
+        let (mut publish, marker) = match value {
             Some(value) => (Publish::build().payload(value.into()), None),
             None => (
                 Publish::build().header("KV-Operation", "DEL"),
                 Some(subject.clone()),
             ),
         };
+        if let Some(fence) = fence {
+            publish = publish.expected_last_sequence(fence.last + k as u64);
+        }
         let ack = context
             .send_publish(subject, publish)
             .await
@@ -493,14 +546,18 @@ async fn write_entries(
         acks.push_back((marker, ack));
         if acks.len() >= WINDOW {
             if let Some((marker, ack)) = acks.pop_front() {
-                note(marker, ack.await.map_err(|e| failed(&e))?.sequence);
+                let sequence = ack.await.map_err(|e| failed(&e))?.sequence;
+                note(marker, sequence);
+                last = Some(sequence);
             }
         }
     }
     for (marker, ack) in acks {
-        note(marker, ack.await.map_err(|e| failed(&e))?.sequence);
+        let sequence = ack.await.map_err(|e| failed(&e))?.sequence;
+        note(marker, sequence);
+        last = Some(sequence);
     }
-    Ok(())
+    Ok(last)
 }
 
 /// Purges from `bucket` the delete markers older than `age` (and the oldest past

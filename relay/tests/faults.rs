@@ -141,12 +141,11 @@ fn a_writer_stopped_20_s_is_taken_over_and_stands_by_when_it_wakes() {
     let expected = dir.path("truth.json");
     let demo = master.demo(12_000, 1000, 2.0, &expected);
     let (one, two) = (dir.path("one.log"), dir.path("two.log"));
-    // Without the bucket: bucket writes a stalled writer had in flight may land after the
-    // new writer's (docs/relay.md, the residual window), and nothing corrects them once
-    // the workload is over.
-    let first = master.relay_with(&nats, &one, &[]);
+    // With the bucket: the entries the stopped writer had in flight must not land on top
+    // of the new writer's when it wakes.
+    let first = master.relay(&nats, &one);
     std::thread::sleep(Duration::from_millis(1500));
-    let second = master.relay_with(&nats, &two, &[]);
+    let second = master.relay(&nats, &two);
     std::thread::sleep(Duration::from_millis(1500));
     first.signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(20));
