@@ -155,3 +155,51 @@ fn a_writer_stopped_20_s_is_taken_over_and_stands_by_when_it_wakes() {
     assert!(said(&two).contains("takeovers 1"), "{}", said(&two));
     drop((first, second));
 }
+
+#[test]
+fn a_master_replaced_on_other_endpoints_is_a_difference() {
+    let dir = TempDir::new("relay-replaced");
+    let nats = Nats::start(&dir.0);
+    let (first, second, third) = (Master::new(), Master::new(), Master::new());
+    // An HA deployment lists its candidate masters: the relay follows whichever serves.
+    let log = dir.path("relay.log");
+    let relay = first.relay_with(
+        &nats,
+        &log,
+        &[
+            "--bucket",
+            "kv-events",
+            "--replay-endpoint",
+            &second.replay,
+            &second.endpoint,
+        ],
+    );
+    let run = |master: &Master, objects, name: &str| {
+        let path = dir.path(name);
+        let code = master
+            .demo(objects, 4000, 2.0, &path)
+            .0
+            .wait()
+            .unwrap()
+            .code();
+        assert_eq!(code, Some(0));
+        truth(&path)
+    };
+    let one = run(&first, 3000, "first.json");
+    assert_exact(&nats, &one, &[&log]);
+    let two = run(&second, 1500, "second.json");
+    assert_exact(&nats, &two, &[&log]);
+    // A master on endpoints the relay was not given: the operator starts the relay again
+    // with them; it writes the difference from the log's state to the new master's.
+    assert!(matches!(relay.terminate(), Some(0 | 1)));
+    let again = dir.path("again.log");
+    let relay = third.relay(&nats, &again);
+    let three = run(&third, 2000, "third.json");
+    assert_exact(&nats, &three, &[&log, &again]);
+    assert!(
+        said(&again).contains("diffs after resyncs 1"),
+        "{}",
+        said(&again)
+    );
+    drop(relay);
+}
