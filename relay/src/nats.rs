@@ -15,6 +15,7 @@ use base64::Engine;
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -83,10 +84,28 @@ pub(crate) struct Nats {
     /// The last stream sequence of the bucket's stream as this relay's writes left it;
     /// `None` when not known (read again before the next writes).
     bucket_last: BucketLast,
+    /// What this relay knows of the log, for its bucket writes.
+    log_seen: std::sync::Arc<LogSeen>,
+    /// The log's subject, once this relay wrote or read it.
+    log_subject: Option<String>,
 }
 
 /// See [`Nats::bucket_last`].
 type BucketLast = std::sync::Arc<std::sync::Mutex<Option<u64>>>;
+
+/// What this relay knows of the log. Bucket entries are written from what the relay holds of
+/// the log; they go to the bucket only while the log holds nothing the relay has not seen.
+/// Then no other relay wrote the log since, and whatever another relay wrote to the bucket
+/// before reflects no later state than these entries.
+#[derive(Debug, Default)]
+struct LogSeen {
+    /// The last stream sequence of the log this relay appended or read.
+    seen: AtomicU64,
+    /// The last stream sequence this relay appended.
+    appended: AtomicU64,
+    /// Bumped at each read of the log: the appends since the last bump follow one another.
+    reads: AtomicU64,
+}
 
 /// Delete markers written: when, the subject, its stream sequence.
 type Markers = std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<(Instant, String, u64)>>>;
@@ -143,6 +162,8 @@ impl Nats {
             bucket: None,
             markers: Markers::default(),
             bucket_last: BucketLast::default(),
+            log_seen: std::sync::Arc::default(),
+            log_subject: None,
         })
     }
 
@@ -188,9 +209,14 @@ impl Store for Nats {
                 .await?
                 .await
         });
+        self.log_subject = Some(subject.to_owned());
         match outcome {
             Ok(ack) if ack.duplicate => Ok(Appended::Duplicate),
-            Ok(ack) => Ok(Appended::Written(ack.sequence)),
+            Ok(ack) => {
+                self.log_seen.appended.store(ack.sequence, Ordering::SeqCst);
+                self.log_seen.seen.fetch_max(ack.sequence, Ordering::SeqCst);
+                Ok(Appended::Written(ack.sequence))
+            }
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(StoreError::NotLast),
             Err(e) => Err(StoreError::failed("writing to the stream", e)),
         }
@@ -210,6 +236,11 @@ impl Store for Nats {
             start_sequence: after + 1,
         };
         let messages = self.run(read_all(&self.stream, subject, policy, TIMEOUT))?;
+        self.log_subject = Some(subject.to_owned());
+        self.log_seen.reads.fetch_add(1, Ordering::SeqCst);
+        if let Some((_, last)) = messages.last() {
+            self.log_seen.seen.fetch_max(*last, Ordering::SeqCst);
+        }
         Ok(messages.into_iter().map(logged).collect())
     }
 
@@ -282,6 +313,14 @@ impl Store for Nats {
         let context = self.context.clone();
         let (markers, age) = (self.markers.clone(), self.names.marker_age);
         let known = self.bucket_last.clone();
+        let log = self.log_subject.clone().map(|subject| {
+            let seen = self.log_seen.clone();
+            let at = (
+                seen.seen.load(Ordering::SeqCst),
+                seen.reads.load(Ordering::SeqCst),
+            );
+            (self.stream.clone(), subject, seen, at)
+        });
         self.bucket = Some(self.runtime.spawn(async move {
             purge_markers(&context, &bucket, &markers, age).await?;
             // Known again after a failure: the writes of another relay (or of this one's
@@ -291,6 +330,11 @@ impl Store for Nats {
                 Some(last) => last,
                 None => bucket_last(&context, &bucket).await?,
             };
+            // After the bucket's last sequence is known: a bucket write of another relay
+            // since then makes these refused; one before, the log check below covers.
+            if let Some((stream, subject, seen, (at, reads))) = log {
+                log_unchanged(&stream, &subject, &seen, at, reads).await?;
+            }
             let fence = Fence { last };
             match write_entries(&context, &bucket, entries, Some(&markers), Some(fence)).await {
                 Ok(last) => *known.lock().unwrap_or_else(|e| e.into_inner()) = last,
@@ -489,6 +533,31 @@ async fn put_snapshot(
 struct Fence {
     /// The bucket stream's last sequence before the first entry.
     last: u64,
+}
+
+/// Whether the log still ends where this relay knows it (`at`, when it took the entries to
+/// write), or at one of its appends since, with no read of the log in between (`reads`):
+/// else another relay wrote the log, and the entries may be older than what it wrote to
+/// the bucket.
+async fn log_unchanged(
+    stream: &stream::Stream,
+    subject: &str,
+    seen: &LogSeen,
+    at: u64,
+    reads: u64,
+) -> Result<(), StoreError> {
+    let last = match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(message) => message.sequence,
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
+        Err(e) => return Err(StoreError::failed("reading the stream", e)),
+    };
+    let ours =
+        seen.reads.load(Ordering::SeqCst) == reads && last <= seen.appended.load(Ordering::SeqCst);
+    if last == at || ours {
+        Ok(())
+    } else {
+        Err(StoreError::NotLast)
+    }
 }
 
 /// The last sequence of `bucket`'s stream now.
