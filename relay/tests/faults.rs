@@ -2,7 +2,8 @@
 //! publisher, through the faults of issue 33: the master restarted on the same endpoints, the
 //! relay killed mid-stream and started again, nats-server restarted, two relays at once; and
 //! a cluster of three NATS nodes that loses the one the relay is connected to; NATS killed
-//! (SIGKILL) and restarted on its store; a writer stopped (SIGSTOP) for 20 s. Each
+//! (SIGKILL) and restarted on its store; a writer stopped (SIGSTOP) for 20 s; a master
+//! replaced on other endpoints (listed as a candidate, or given to a relay started again). Each
 //! time the bucket and the stream's events folded from the first message equal the demo's
 //! `--dump-index` truth, and no master message, message id or write on top of a stale log
 //! is in the stream twice. Each test has its own server, ports and files.
