@@ -21,7 +21,7 @@ mod status;
 mod store;
 
 use clap::Parser;
-use error::Error;
+use error::{Error, StoreError};
 use mooncake_kv_events::keys;
 use mooncake_kv_events::subscriber::{
     catch_stop_signals, connect_form, stop_requested, CurveClient, FollowOptions, Follower,
@@ -42,6 +42,8 @@ const RCVHWM: i32 = 1_000_000;
 const LAST_WRITES: Duration = Duration::from_secs(10);
 /// How often a failure that goes on is said again.
 const STILL_FAILING: Duration = Duration::from_secs(30);
+/// How long a start that NATS failed waits before it tries again.
+const RETRY: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let args = args::Args::parse();
@@ -138,6 +140,67 @@ fn run(args: &args::Args) -> Result<(), Error> {
     let upstreams = upstreams(args)?;
     let names: Vec<String> = upstreams.iter().map(|s| s.endpoint.clone()).collect();
     let backend = backend_id(&upstreams)?;
+    let mut relay = start(args, &upstreams, &backend)?;
+    eprintln!(
+        "kv-events relay: relaying backend {backend} from {} into NATS {} (stream {}, \
+         subject {}, snapshots {}{})",
+        names.join(", "),
+        args.nats,
+        args.stream,
+        relay.log.subject,
+        args.snapshots,
+        args.bucket
+            .as_ref()
+            .map_or_else(String::new, |b| format!(", bucket {b}")),
+    );
+    follow(&mut relay, args, &names)
+}
+
+/// The relay started: connected to NATS, the stream and the buckets in place, the log and
+/// the snapshot read. A failure NATS may get over (not up yet, a node restarting, a leader
+/// being elected) is said, then retried every second; anything else stops the relay.
+fn start(
+    args: &args::Args,
+    upstreams: &[Upstream],
+    backend: &str,
+) -> Result<Relay<Follower, nats::Nats>, Error> {
+    let mut failing: Option<(String, Instant)> = None;
+    loop {
+        match start_once(args, upstreams, backend) {
+            Err(Error::Store(why @ StoreError::Failed { .. })) if !stop_requested() => {
+                let why = why.to_string();
+                if failing.as_ref().is_none_or(|(said, _)| *said != why) {
+                    eprintln!(
+                        "kv-events relay: NATS at {} failing at start: {why}; retrying every \
+                         second",
+                        args.nats
+                    );
+                    let since = failing.map_or_else(Instant::now, |f| f.1);
+                    failing = Some((why, since));
+                }
+                std::thread::sleep(RETRY);
+            }
+            Ok(relay) => {
+                if let Some((_, since)) = failing {
+                    eprintln!(
+                        "kv-events relay: NATS at {} answers again (after {} s)",
+                        args.nats,
+                        since.elapsed().as_secs()
+                    );
+                }
+                return Ok(relay);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One attempt at [`start`].
+fn start_once(
+    args: &args::Args,
+    upstreams: &[Upstream],
+    backend: &str,
+) -> Result<Relay<Follower, nats::Nats>, Error> {
     let store = nats::Nats::connect(
         &args.nats,
         nats::Names {
@@ -155,30 +218,18 @@ fn run(args: &args::Args) -> Result<(), Error> {
         keep_applied: true,
         ..FollowOptions::default()
     };
-    let follower = Follower::new(upstreams, options).map_err(|e| Error::Master(e.to_string()))?;
-    let mut relay = Relay::start(
+    let follower =
+        Follower::new(upstreams.to_vec(), options).map_err(|e| Error::Master(e.to_string()))?;
+    Ok(Relay::start(
         follower,
         store,
         relay::Options {
-            backend: backend.clone(),
+            backend: backend.to_owned(),
             subject_prefix: args.subject_prefix.clone(),
             snapshot_every: args.snapshot_every,
             bucket: args.bucket.is_some(),
         },
-    )?;
-    eprintln!(
-        "kv-events relay: relaying backend {backend} from {} into NATS {} (stream {}, \
-         subject {}, snapshots {}{})",
-        names.join(", "),
-        args.nats,
-        args.stream,
-        relay.log.subject,
-        args.snapshots,
-        args.bucket
-            .as_ref()
-            .map_or_else(String::new, |b| format!(", bucket {b}")),
-    );
-    follow(&mut relay, args, &names)
+    )?)
 }
 
 /// The loop: turns until the end, a status line every `--every`.

@@ -16,6 +16,7 @@ use base64::Engine;
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
@@ -82,6 +83,30 @@ pub(crate) struct Nats {
     bucket: Option<JoinHandle<Result<(), StoreError>>>,
     /// The bucket's delete markers this relay wrote, oldest first, until purged.
     markers: Markers,
+    /// The last stream sequence of the bucket's stream as this relay's writes left it;
+    /// `None` when not known (read again before the next writes).
+    bucket_last: BucketLast,
+    /// What this relay knows of the log, for its bucket writes.
+    log_seen: std::sync::Arc<LogSeen>,
+    /// The log's subject, once this relay wrote or read it.
+    log_subject: Option<String>,
+}
+
+/// See [`Nats::bucket_last`].
+type BucketLast = std::sync::Arc<std::sync::Mutex<Option<u64>>>;
+
+/// What this relay knows of the log. Bucket entries are written from what the relay holds of
+/// the log; they go to the bucket only while the log holds nothing the relay has not seen.
+/// Then no other relay wrote the log since, and whatever another relay wrote to the bucket
+/// before reflects no later state than these entries.
+#[derive(Debug, Default)]
+struct LogSeen {
+    /// The last stream sequence of the log this relay appended or read.
+    seen: AtomicU64,
+    /// The last stream sequence this relay appended.
+    appended: AtomicU64,
+    /// Bumped at each read of the log: the appends since the last bump follow one another.
+    reads: AtomicU64,
 }
 
 /// Delete markers written: when, the subject, its stream sequence.
@@ -138,6 +163,9 @@ impl Nats {
             snapshot: None,
             bucket: None,
             markers: Markers::default(),
+            bucket_last: BucketLast::default(),
+            log_seen: std::sync::Arc::default(),
+            log_subject: None,
         })
     }
 
@@ -183,9 +211,14 @@ impl Store for Nats {
                 .await?
                 .await
         });
+        self.log_subject = Some(subject.to_owned());
         match outcome {
             Ok(ack) if ack.duplicate => Ok(Appended::Duplicate),
-            Ok(ack) => Ok(Appended::Written(ack.sequence)),
+            Ok(ack) => {
+                self.log_seen.appended.store(ack.sequence, Ordering::SeqCst);
+                self.log_seen.seen.fetch_max(ack.sequence, Ordering::SeqCst);
+                Ok(Appended::Written(ack.sequence))
+            }
             Err(e) if e.kind() == PublishErrorKind::WrongLastSequence => Err(StoreError::NotLast),
             Err(e) => Err(StoreError::failed("writing to the stream", e)),
         }
@@ -205,6 +238,11 @@ impl Store for Nats {
             start_sequence: after + 1,
         };
         let messages = self.run(read_all(&self.stream, subject, policy, TIMEOUT))?;
+        self.log_subject = Some(subject.to_owned());
+        self.log_seen.reads.fetch_add(1, Ordering::SeqCst);
+        if let Some((_, last)) = messages.last() {
+            self.log_seen.seen.fetch_max(*last, Ordering::SeqCst);
+        }
         Ok(messages.into_iter().map(logged).collect())
     }
 
@@ -277,11 +315,39 @@ impl Store for Nats {
         };
         let context = self.context.clone();
         let (markers, age) = (self.markers.clone(), self.names.marker_age);
+        let known = self.bucket_last.clone();
+        let log = self.log_subject.clone().map(|subject| {
+            let seen = self.log_seen.clone();
+            let at = (
+                seen.seen.load(Ordering::SeqCst),
+                seen.reads.load(Ordering::SeqCst),
+            );
+            (self.stream.clone(), subject, seen, at)
+        });
         self.bucket = Some(self.runtime.spawn(async move {
             purge_markers(&context, &bucket, &markers, age).await?;
-            write_entries(&context, &bucket, entries, Some(&markers)).await?;
+            // Known again after a failure: the writes of another relay (or of this one's
+            // unacknowledged ones) may have moved it.
+            let noted = *known.lock().unwrap_or_else(|e| e.into_inner());
+            let last = match noted {
+                Some(last) => last,
+                None => bucket_last(&context, &bucket).await?,
+            };
+            // After the bucket's last sequence is known: a bucket write of another relay
+            // since then makes these refused; one before, the log check below covers.
+            if let Some((stream, subject, seen, (at, reads))) = log {
+                log_unchanged(&stream, &subject, &seen, at, reads).await?;
+            }
+            let fence = Fence { last };
+            match write_entries(&context, &bucket, entries, Some(&markers), Some(fence)).await {
+                Ok(last) => *known.lock().unwrap_or_else(|e| e.into_inner()) = last,
+                Err(e) => {
+                    *known.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                    return Err(e);
+                }
+            }
             if let Some(note) = note {
-                write_entries(&context, &Names::positions(&bucket), vec![note], None).await?;
+                write_entries(&context, &Names::positions(&bucket), vec![note], None, None).await?;
             }
             Ok(())
         }));
@@ -472,14 +538,66 @@ async fn put_snapshot(
     })
 }
 
+/// Where the bucket's stream stood after this relay's last writes to it: each entry is
+/// written only on top of the one before (`Nats-Expected-Last-Sequence`), so that once
+/// another relay wrote the bucket, no write of this one lands after it: a writer that
+/// stalled and was taken over cannot put back an entry the new writer wrote since.
+#[derive(Clone, Copy, Debug)]
+struct Fence {
+    /// The bucket stream's last sequence before the first entry.
+    last: u64,
+}
+
+/// Whether the log still ends where this relay knows it (`at`, when it took the entries to
+/// write), or at one of its appends since, with no read of the log in between (`reads`):
+/// else another relay wrote the log, and the entries may be older than what it wrote to
+/// the bucket.
+async fn log_unchanged(
+    stream: &stream::Stream,
+    subject: &str,
+    seen: &LogSeen,
+    at: u64,
+    reads: u64,
+) -> Result<(), StoreError> {
+    let last = match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(message) => message.sequence,
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
+        Err(e) => return Err(StoreError::failed("reading the stream", e)),
+    };
+    let ours =
+        seen.reads.load(Ordering::SeqCst) == reads && last <= seen.appended.load(Ordering::SeqCst);
+    if last == at || ours {
+        Ok(())
+    } else {
+        Err(StoreError::NotLast)
+    }
+}
+
+/// The last sequence of `bucket`'s stream now.
+async fn bucket_last(context: &jetstream::Context, bucket: &str) -> Result<u64, StoreError> {
+    let failed = |e: &dyn std::fmt::Display| StoreError::failed("reading the bucket's state", e);
+    let mut stream = context
+        .get_stream(format!("KV_{bucket}"))
+        .await
+        .map_err(|e| failed(&e))?;
+    Ok(stream
+        .info()
+        .await
+        .map_err(|e| failed(&e))?
+        .state
+        .last_sequence)
+}
+
 /// Puts (`Some`) or deletes (`None`) entries of `bucket`, [`WINDOW`] sent ahead of their
-/// acknowledgements.
+/// acknowledgements; with a `fence`, each on top of the one before. Returns the stream
+/// sequence of the last entry (the fence's when there are none).
 async fn write_entries(
     context: &jetstream::Context,
     bucket: &str,
     entries: Vec<Entry>,
     markers: Option<&Markers>,
-) -> Result<(), StoreError> {
+    fence: Option<Fence>,
+) -> Result<Option<u64>, StoreError> {
     let failed = |e: &dyn std::fmt::Display| StoreError::failed("writing to the bucket", e);
     let mut acks = std::collections::VecDeque::new();
     // A delete marker's subject and stream sequence, noted for its purge.
@@ -490,15 +608,19 @@ async fn write_entries(
             }
         }
     };
-    for (key, value) in entries {
+    let mut last = fence.map(|f| f.last);
+    for (k, (key, value)) in entries.into_iter().enumerate() {
         let subject = format!("$KV.{bucket}.{key}");
-        let (publish, marker) = match value {
+        let (mut publish, marker) = match value {
             Some(value) => (Publish::build().payload(value.into()), None),
             None => (
                 Publish::build().header("KV-Operation", "DEL"),
                 Some(subject.clone()),
             ),
         };
+        if let Some(fence) = fence {
+            publish = publish.expected_last_sequence(fence.last + k as u64);
+        }
         let ack = context
             .send_publish(subject, publish)
             .await
@@ -506,14 +628,18 @@ async fn write_entries(
         acks.push_back((marker, ack));
         if acks.len() >= WINDOW {
             if let Some((marker, ack)) = acks.pop_front() {
-                note(marker, ack.await.map_err(|e| failed(&e))?.sequence);
+                let sequence = ack.await.map_err(|e| failed(&e))?.sequence;
+                note(marker, sequence);
+                last = Some(sequence);
             }
         }
     }
     for (marker, ack) in acks {
-        note(marker, ack.await.map_err(|e| failed(&e))?.sequence);
+        let sequence = ack.await.map_err(|e| failed(&e))?.sequence;
+        note(marker, sequence);
+        last = Some(sequence);
     }
-    Ok(())
+    Ok(last)
 }
 
 /// Purges from `bucket` the delete markers older than `age` (and the oldest past

@@ -2,7 +2,8 @@
 //! publisher, through the faults of issue 33: the master restarted on the same endpoints, the
 //! relay killed mid-stream and started again, nats-server restarted, two relays at once; and
 //! a cluster of three NATS nodes that loses the one the relay is connected to; NATS killed
-//! (SIGKILL) and restarted on its store; a writer stopped (SIGSTOP) for 20 s. Each
+//! (SIGKILL) and restarted on its store; a writer stopped (SIGSTOP) for 20 s; a master
+//! replaced on other endpoints (listed as a candidate, or given to a relay started again). Each
 //! time the bucket and the stream's events folded from the first message equal the demo's
 //! `--dump-index` truth, and no master message, message id or write on top of a stale log
 //! is in the stream twice. Each test has its own server, ports and files.
@@ -141,12 +142,11 @@ fn a_writer_stopped_20_s_is_taken_over_and_stands_by_when_it_wakes() {
     let expected = dir.path("truth.json");
     let demo = master.demo(12_000, 1000, 2.0, &expected);
     let (one, two) = (dir.path("one.log"), dir.path("two.log"));
-    // Without the bucket: bucket writes a stalled writer had in flight may land after the
-    // new writer's (docs/relay.md, the residual window), and nothing corrects them once
-    // the workload is over.
-    let first = master.relay_with(&nats, &one, &[]);
+    // With the bucket: the entries the stopped writer had in flight must not land on top
+    // of the new writer's when it wakes.
+    let first = master.relay(&nats, &one);
     std::thread::sleep(Duration::from_millis(1500));
-    let second = master.relay_with(&nats, &two, &[]);
+    let second = master.relay(&nats, &two);
     std::thread::sleep(Duration::from_millis(1500));
     first.signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(20));
@@ -155,4 +155,52 @@ fn a_writer_stopped_20_s_is_taken_over_and_stands_by_when_it_wakes() {
     assert_exact(&nats, &truth(&expected), &[&one, &two]);
     assert!(said(&two).contains("takeovers 1"), "{}", said(&two));
     drop((first, second));
+}
+
+#[test]
+fn a_master_replaced_on_other_endpoints_is_a_difference() {
+    let dir = TempDir::new("relay-replaced");
+    let nats = Nats::start(&dir.0);
+    let (first, second, third) = (Master::new(), Master::new(), Master::new());
+    // An HA deployment lists its candidate masters: the relay follows whichever serves.
+    let log = dir.path("relay.log");
+    let relay = first.relay_with(
+        &nats,
+        &log,
+        &[
+            "--bucket",
+            "kv-events",
+            "--replay-endpoint",
+            &second.replay,
+            &second.endpoint,
+        ],
+    );
+    let run = |master: &Master, objects, name: &str| {
+        let path = dir.path(name);
+        let code = master
+            .demo(objects, 4000, 2.0, &path)
+            .0
+            .wait()
+            .unwrap()
+            .code();
+        assert_eq!(code, Some(0));
+        truth(&path)
+    };
+    let one = run(&first, 3000, "first.json");
+    assert_exact(&nats, &one, &[&log]);
+    let two = run(&second, 1500, "second.json");
+    assert_exact(&nats, &two, &[&log]);
+    // A master on endpoints the relay was not given: the operator starts the relay again
+    // with them; it writes the difference from the log's state to the new master's.
+    assert!(matches!(relay.terminate(), Some(0 | 1)));
+    let again = dir.path("again.log");
+    let relay = third.relay(&nats, &again);
+    let three = run(&third, 2000, "third.json");
+    assert_exact(&nats, &three, &[&log, &again]);
+    assert!(
+        said(&again).contains("diffs after resyncs 1"),
+        "{}",
+        said(&again)
+    );
+    drop(relay);
 }

@@ -138,61 +138,82 @@ impl Nats {
 /// in `dir`.
 pub struct Cluster {
     pub ports: [u16; 3],
+    routes: [u16; 3],
+    dir: PathBuf,
     nodes: Vec<Option<Process>>,
 }
 
 impl Cluster {
     pub fn start(dir: &Path) -> Cluster {
-        let ports = [free_port(), free_port(), free_port()];
-        let routes_ports = [free_port(), free_port(), free_port()];
-        let routes: Vec<String> = routes_ports
+        let mut cluster = Cluster {
+            ports: [free_port(), free_port(), free_port()],
+            routes: [free_port(), free_port(), free_port()],
+            dir: dir.to_owned(),
+            nodes: vec![None, None, None],
+        };
+        for node in 0..3 {
+            cluster.up(node);
+        }
+        cluster.wait_ready();
+        cluster
+    }
+
+    /// Starts node `node` on its port, routes and store.
+    pub fn up(&mut self, node: usize) {
+        let routes: Vec<String> = self
+            .routes
             .iter()
             .map(|p| format!("nats://127.0.0.1:{p}"))
             .collect();
-        let mut nodes = Vec::new();
-        for i in 0..3 {
-            let child = Command::new("nats-server")
-                .args(["-js", "-a", "127.0.0.1", "-p", &ports[i].to_string()])
-                .arg("-sd")
-                .arg(dir.join(format!("node-{i}")))
-                .args([
-                    "--server_name",
-                    &format!("node-{i}"),
-                    "--cluster_name",
-                    "kv",
-                ])
-                .args(["--cluster", &routes[i], "--routes", &routes.join(",")])
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(dir.join(format!("node-{i}.log"))).expect("a log"))
-                .spawn()
-                .expect("nats-server runs: run scripts/install-deps.sh");
-            nodes.push(Some(Process(child)));
-        }
-        let cluster = Cluster { ports, nodes };
-        // JetStream is up once a stream of 3 replicas can be made: the nodes found each
-        // other and elected a meta leader.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("node-{node}.log")))
+            .expect("a log");
+        let child = Command::new("nats-server")
+            .args([
+                "-js",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.ports[node].to_string(),
+            ])
+            .arg("-sd")
+            .arg(self.dir.join(format!("node-{node}")))
+            .args([
+                "--server_name",
+                &format!("node-{node}"),
+                "--cluster_name",
+                "kv",
+            ])
+            .args(["--cluster", &routes[node], "--routes", &routes.join(",")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("nats-server runs: run scripts/install-deps.sh");
+        self.nodes[node] = Some(Process(child));
+    }
+
+    /// Waits until JetStream is up: a stream of 3 replicas can be made (the nodes found
+    /// each other and elected a meta leader).
+    pub fn wait_ready(&self) {
         let said = || {
             (0..3)
-                .map(|i| std::fs::read_to_string(dir.join(format!("node-{i}.log"))))
+                .map(|i| std::fs::read_to_string(self.dir.join(format!("node-{i}.log"))))
                 .map(Result::unwrap_or_default)
                 .collect::<Vec<_>>()
                 .join("\n")
         };
         assert!(
-            wait_for(Duration::from_secs(60), || cluster.ready()),
+            wait_for(Duration::from_secs(60), || self.ready()),
             "the cluster did not form:\n{}",
             said()
         );
-        cluster
     }
 
     fn ready(&self) -> bool {
         let url = self.url(0);
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async {
+        block_on(async {
             let Ok(client) = async_nats::connect(&url).await else {
                 return false;
             };
@@ -213,10 +234,44 @@ impl Cluster {
         format!("nats://127.0.0.1:{}", self.ports[node])
     }
 
+    /// The node that leads `stream` (its `$JS.API.STREAM.INFO`), asked of node `via`;
+    /// waits up to a minute for the stream and a leader.
+    pub fn leader(&self, stream: &str, via: usize) -> usize {
+        let url = self.url(via);
+        let mut leader = None;
+        wait_for(Duration::from_secs(60), || {
+            leader = block_on(async {
+                let client = async_nats::connect(&url).await.ok()?;
+                let context = async_nats::jetstream::new(client);
+                let mut stream = context.get_stream(stream).await.ok()?;
+                let name = stream.info().await.ok()?.cluster.clone()?.leader?;
+                name.strip_prefix("node-")?.parse().ok()
+            });
+            leader.is_some()
+        });
+        leader.unwrap_or_else(|| panic!("{stream} has no leader"))
+    }
+
     /// SIGKILL of one node: a machine lost.
     pub fn kill(&mut self, node: usize) {
         self.nodes[node].take();
     }
+
+    /// Sends `signal` to node `node` (SIGSTOP: a node that hangs; SIGCONT).
+    pub fn signal(&self, node: usize, signal: libc::c_int) {
+        if let Some(process) = &self.nodes[node] {
+            process.signal(signal);
+        }
+    }
+}
+
+/// Runs `future` on a runtime of its own.
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(future)
 }
 
 /// A binary of the workspace: beside the relay's, built by `cargo test --workspace`; built

@@ -1,0 +1,87 @@
+//! `kv-events-relay` on a cluster of three `nats-server -js` (loopback routes, a store each),
+//! the stream, the snapshots and the bucket at three replicas, through the faults of a
+//! cluster: the stream's leader killed (SIGKILL) and started again on its store, the
+//! stream's leader hung (SIGSTOP) for 20 s, and the whole cluster down and up again on its
+//! stores, each mid-workload of the real `kv-events demo`. Each time a reader that joins
+//! after (the stream folded from its first message, the snapshot and the log after it, the
+//! bucket) holds the demo's `--dump-index` truth, and no master message or message id is
+//! in the stream twice.
+
+mod common;
+
+use common::{assert_exact_at, truth, Cluster, Master, TempDir};
+use std::path::Path;
+use std::time::Duration;
+
+/// The stream of the log, as the relay names it by default.
+const STREAM: &str = "KV_EVENTS";
+
+/// A relay of `master` into node 0 of `cluster`, everything at three replicas, with the
+/// bucket.
+fn relay(master: &Master, cluster: &Cluster, log: &Path) -> common::Process {
+    master.relay_at(
+        &cluster.url(0),
+        log,
+        &["--replicas", "3", "--bucket", "kv-events"],
+    )
+}
+
+#[test]
+fn the_streams_leader_killed_and_started_again_loses_nothing() {
+    let dir = TempDir::new("relay-cluster-leader");
+    let mut cluster = Cluster::start(&dir.0);
+    let master = Master::new();
+    let expected = dir.path("truth.json");
+    let demo = master.demo(10_000, 2000, 4.0, &expected);
+    let log = dir.path("relay.log");
+    let relay = relay(&master, &cluster, &log);
+    let leader = cluster.leader(STREAM, 1);
+    std::thread::sleep(Duration::from_millis(2500));
+    cluster.kill(leader);
+    std::thread::sleep(Duration::from_millis(2000));
+    cluster.up(leader);
+    assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
+    assert_exact_at(&cluster.url((leader + 1) % 3), &truth(&expected), &[&log]);
+    drop(relay);
+}
+
+#[test]
+fn the_streams_leader_hung_20_s_loses_nothing() {
+    let dir = TempDir::new("relay-cluster-hang");
+    let cluster = Cluster::start(&dir.0);
+    let master = Master::new();
+    let expected = dir.path("truth.json");
+    let demo = master.demo(10_000, 1000, 2.0, &expected);
+    let log = dir.path("relay.log");
+    let relay = relay(&master, &cluster, &log);
+    let leader = cluster.leader(STREAM, 1);
+    std::thread::sleep(Duration::from_millis(2500));
+    cluster.signal(leader, libc::SIGSTOP);
+    std::thread::sleep(Duration::from_secs(20));
+    cluster.signal(leader, libc::SIGCONT);
+    assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
+    assert_exact_at(&cluster.url((leader + 1) % 3), &truth(&expected), &[&log]);
+    drop(relay);
+}
+
+#[test]
+fn the_whole_cluster_down_and_up_on_its_stores_loses_nothing() {
+    let dir = TempDir::new("relay-cluster-restart");
+    let mut cluster = Cluster::start(&dir.0);
+    let master = Master::new();
+    let expected = dir.path("truth.json");
+    let demo = master.demo(10_000, 1500, 4.0, &expected);
+    let log = dir.path("relay.log");
+    let relay = relay(&master, &cluster, &log);
+    std::thread::sleep(Duration::from_millis(2500));
+    for node in 0..3 {
+        cluster.kill(node);
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    for node in 0..3 {
+        cluster.up(node);
+    }
+    assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
+    assert_exact_at(&cluster.url(0), &truth(&expected), &[&log]);
+    drop(relay);
+}
