@@ -478,7 +478,7 @@ fn with_usage(mut err: clap::Error, args: &[OsString]) -> clap::Error {
 
 /// Writes the completion script for `shell` on stdout. A reader that went away (`| head`)
 /// is no error.
-pub(crate) fn print_completions(shell: Shell) -> Result<(), String> {
+pub(crate) fn print_completions(shell: Shell) -> Result<(), crate::CommandError> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "kv-events", &mut script);
     let mut script = String::from_utf8_lossy(&script).into_owned();
@@ -491,7 +491,7 @@ pub(crate) fn print_completions(shell: Shell) -> Result<(), String> {
     }
     match io::stdout().write_all(script.as_bytes()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-            Err(format!("cannot write the completion script: {e}"))
+            Err(format!("cannot write the completion script: {e}").into())
         }
         _ => Ok(()),
     }

@@ -1,6 +1,6 @@
 //! How a subscriber connects: its CURVE keys, its buffer, its bound on a message, its topic.
 
-use crate::keys::{self, Key, KeyPair};
+use crate::keys::{self, Key, KeyError, KeyPair};
 use std::path::Path;
 
 /// The keys a subscriber presents to a publisher that speaks CURVE.
@@ -16,7 +16,7 @@ pub struct CurveClient {
 impl CurveClient {
     /// Reads the publisher's `.pub` file and the subscriber's own `.key` file. The error
     /// names the file and what is wrong, never a key.
-    pub fn from_files(server_key: &Path, secret_key: &Path) -> Result<CurveClient, String> {
+    pub fn from_files(server_key: &Path, secret_key: &Path) -> Result<CurveClient, KeyError> {
         keys::curve_available()?;
         Ok(CurveClient {
             server_key: keys::read_public_key(server_key)?,
