@@ -24,7 +24,7 @@ pub use follow::{
     AppliedMessage, Changes, Counters, FollowOptions, Follower, Happened, Keys, Notice, Status,
     Upstream,
 };
-pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
+pub use index::{json_bytes, Applied, Index, Objects, RejectedEvent, DEFAULT_TENANT};
 pub use stop::{catch_stop_signals, stop_requested};
 pub use watch::{
     connect_form, Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
