@@ -18,5 +18,3 @@ pub use typed::{Bytes, Checked, Event, Message};
 pub use validate::{
     Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS, MAX_EVENT_KEYS, MAX_TOPIC_BYTES,
 };
-
-pub(crate) use validate::wrong_frames;

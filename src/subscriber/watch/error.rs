@@ -11,7 +11,7 @@ pub enum WatchError {
     /// The socket failed.
     Socket(zmq::Error),
     /// The message does not follow the wire format.
-    Malformed(String),
+    Malformed(Malformed),
     /// The message is larger than [`SubscriberOptions::max_message_bytes`]: it was received
     /// (libzmq bounds each frame, not their sum) and dropped undecoded.
     TooLarge {
@@ -43,7 +43,7 @@ impl fmt::Display for WatchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WatchError::Socket(e) => write!(f, "socket error: {e}"),
-            WatchError::Malformed(why) => write!(f, "malformed message: {why}"),
+            WatchError::Malformed(why) => write!(f, "{why}"),
             WatchError::Replay(why) => write!(f, "replay: {why}"),
             WatchError::Unanswered(endpoint) => {
                 write!(f, "replay: {endpoint} did not answer in time")
@@ -69,7 +69,7 @@ impl fmt::Display for WatchError {
 impl std::error::Error for WatchError {}
 
 impl From<Malformed> for WatchError {
-    fn from(Malformed(why): Malformed) -> Self {
+    fn from(why: Malformed) -> Self {
         WatchError::Malformed(why)
     }
 }

@@ -24,7 +24,7 @@ use crate::transport::monitor::{
     EVENT_CONNECTED, EVENT_CONNECT_RETRIED, EVENT_DISCONNECTED, EVENT_HANDSHAKE_FAILED_AUTH,
     EVENT_HANDSHAKE_FAILED_NO_DETAIL, EVENT_HANDSHAKE_FAILED_PROTOCOL, EVENT_HANDSHAKE_SUCCEEDED,
 };
-use crate::wire::{decode_message, wrong_frames, Checked, Malformed, Message};
+use crate::wire::{decode_message, Checked, Malformed, Message};
 use handshake::REJOIN_AFTER;
 use serde::de::DeserializeOwned;
 use std::fmt;
@@ -283,7 +283,7 @@ impl Subscriber {
             });
         }
         if count > 3 {
-            return Err(WatchError::Malformed(wrong_frames(count)));
+            return Err(Malformed::Frames { count }.into());
         }
         Ok(frames)
     }
