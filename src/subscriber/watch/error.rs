@@ -1,6 +1,6 @@
 //! Why a subscriber could not read a message.
 
-use crate::wire::Malformed;
+use crate::wire::{BadReply, Malformed};
 use std::fmt;
 
 /// Why a message could not be read. [`WatchError::Malformed`] and [`WatchError::TooLarge`]
@@ -27,6 +27,8 @@ pub enum WatchError {
     Refused(String),
     /// The replay socket answered with an error, or broke its protocol.
     Replay(String),
+    /// The replay socket's `info` or `snapshot-end` map does not decode.
+    BadReply(BadReply),
     /// The replay socket at this endpoint did not answer in time: nothing listens there,
     /// or the publisher does not serve it.
     Unanswered(String),
@@ -45,6 +47,7 @@ impl fmt::Display for WatchError {
             WatchError::Socket(e) => write!(f, "socket error: {e}"),
             WatchError::Malformed(why) => write!(f, "{why}"),
             WatchError::Replay(why) => write!(f, "replay: {why}"),
+            WatchError::BadReply(why) => write!(f, "replay: {why}"),
             WatchError::Unanswered(endpoint) => {
                 write!(f, "replay: {endpoint} did not answer in time")
             }
