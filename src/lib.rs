@@ -70,6 +70,6 @@ pub use media::{Medium, MediumSet, ReplicaKind};
 #[cfg(feature = "publisher")]
 pub use publisher::{Publisher, RemoveAllScan};
 #[cfg(feature = "publisher")]
-pub use recovery::{Abandoned, ObjectSource, Snapshot};
+pub use recovery::{Abandoned, ObjectSource, Snapshot, SourceError};
 #[cfg(feature = "publisher")]
 pub use stats::{BuildInfo, Stats};
