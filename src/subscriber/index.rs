@@ -28,6 +28,37 @@ pub type Objects = HashMap<Vec<u8>, MediumSet, foldhash::fast::RandomState>;
 /// taken as their bytes). An object is present only while its media set is not empty, and a
 /// tenant only while it holds an object, so two indexes that hold the same objects are
 /// equal.
+///
+/// ```
+/// use mooncake_kv_events::subscriber::{Applied, Index, RejectedEvent};
+/// use mooncake_kv_events::{EventKind, Medium};
+/// use rmpv::Value;
+///
+/// // An event as `Subscriber::recv` hands it: a map, every field as received.
+/// let event = |fields: &[(&str, &str)]| {
+///     Value::Map(fields.iter().map(|&(k, v)| (k.into(), v.into())).collect())
+/// };
+/// let mut index = Index::new();
+/// let stored = event(&[
+///     ("event_type", "stored"),
+///     ("tenant_id", "default"),
+///     ("object_key", "llama/0"),
+///     ("medium", "cpu"),
+/// ]);
+/// assert_eq!(index.apply(&stored), Ok(Applied::Stored));
+/// // The master's empty tenant is "default" on the wire.
+/// assert!(index.get(b"", b"llama/0").contains(Medium::Cpu));
+///
+/// // An event the index cannot take changes nothing, and says why.
+/// let keyless = event(&[("event_type", "removed"), ("tenant_id", "default"), ("medium", "cpu")]);
+/// match index.apply(&keyless) {
+///     Err(RejectedEvent::Missing { event: EventKind::Removed, field }) => {
+///         assert_eq!(field, "object_key")
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// assert_eq!(index.objects(), 1);
+/// ```
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Index {
     tenants: BTreeMap<Vec<u8>, Objects>,

@@ -7,6 +7,7 @@ use std::fmt;
 /// concern one message: the subscriber goes on with the next, whose sequence shows the
 /// refused one as a gap.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum WatchError {
     /// The socket failed.
     Socket(zmq::Error),

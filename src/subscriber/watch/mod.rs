@@ -34,6 +34,45 @@ use std::time::{Duration, Instant};
 const MONITOR_ENDPOINT: &str = "inproc://kv-events-subscriber-monitor";
 
 /// A SUB socket connected to a publisher, subscribed to its topic (everything by default).
+///
+/// ```no_run
+/// use mooncake_kv_events::subscriber::{
+///     Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
+/// };
+/// use std::path::Path;
+/// use std::time::Duration;
+///
+/// let curve = CurveClient::from_files(Path::new("master-0.pub"), Path::new("indexer-a.key"))?;
+/// let options = SubscriberOptions {
+///     rcvhwm: 100_000,
+///     curve: Some(curve),
+///     ..SubscriberOptions::default()
+/// };
+/// let mut subscriber = Subscriber::open("tcp://master-0:5557", &options)?;
+/// loop {
+///     match subscriber.recv(Duration::from_secs(5)) {
+///         Ok(Some(batch)) => {
+///             if let Continuity::Gap { missed } = batch.continuity {
+///                 eprintln!("{missed} sequence numbers lost before {}", batch.sequence);
+///             }
+///             println!("{} events", batch.events.len());
+///         }
+///         // Quiet for 5 s: a publisher never reached says why.
+///         Ok(None) => match subscriber.reach()? {
+///             Reach::Reached => {}
+///             Reach::NoHandshake => eprintln!("no ZeroMQ publisher answers there"),
+///             Reach::Unreached { failed_attempts } => {
+///                 eprintln!("{failed_attempts} connection attempts failed")
+///             }
+///         },
+///         // One message refused; the next one shows it as a gap.
+///         Err(e @ (WatchError::Malformed(_) | WatchError::TooLarge { .. })) => eprintln!("{e}"),
+///         // The publisher refused this subscriber, or the socket failed.
+///         Err(e) => return Err(e.into()),
+///     }
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Subscriber {
     _context: zmq::Context,
     socket: zmq::Socket,
