@@ -60,7 +60,7 @@ mod transport {
 pub mod wire;
 
 #[cfg(feature = "publisher")]
-pub use config::{Config, NonUtf8, Settings};
+pub use config::{Config, NonUtf8, Settings, UnknownNonUtf8};
 #[cfg(feature = "publisher")]
 pub use error::CreateError;
 pub use event::EventKind;
