@@ -6,6 +6,10 @@ use rmpv::Value;
 /// One message of the stream as a [`Subscriber`] received it: decoded, and placed after the
 /// one before. Its events are `rmpv` values (every field as received) from
 /// [`Subscriber::recv`], or `E` from [`Subscriber::recv_as`].
+///
+/// [`Subscriber`]: super::Subscriber
+/// [`Subscriber::recv`]: super::Subscriber::recv
+/// [`Subscriber::recv_as`]: super::Subscriber::recv_as
 #[derive(Clone, Debug, PartialEq)]
 pub struct Batch<E = Value> {
     /// The transport sequence (frame 2).

@@ -15,6 +15,8 @@ pub enum WatchError {
     Malformed(Malformed),
     /// The message is larger than [`SubscriberOptions::max_message_bytes`]: it was received
     /// (libzmq bounds each frame, not their sum) and dropped undecoded.
+    ///
+    /// [`SubscriberOptions::max_message_bytes`]: super::SubscriberOptions::max_message_bytes
     TooLarge {
         /// The message's size, all its frames together.
         bytes: usize,

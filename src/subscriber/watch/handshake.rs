@@ -44,6 +44,8 @@ impl Subscriber {
     /// publisher stopped or restarted, or libzmq closed one that sent a frame over
     /// [`SubscriberOptions::max_message_bytes`]. The subscriber reconnects by itself; a
     /// message lost meanwhile shows as a gap. Counted as [`Subscriber::recv`] sees them.
+    ///
+    /// [`SubscriberOptions::max_message_bytes`]: super::SubscriberOptions::max_message_bytes
     pub fn connections_lost(&self) -> u64 {
         self.connections_lost
     }

@@ -29,7 +29,7 @@ impl CurveClient {
 /// largest batch the master sends with keys of 1 KiB.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 16 << 20;
 
-/// How a [`Subscriber`] connects, and the largest message it takes.
+/// How a [`Subscriber`](super::Subscriber) connects, and the largest message it takes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubscriberOptions {
     /// The receive high-water mark, in messages; default 1000 (libzmq's). Raise it so a
@@ -43,7 +43,9 @@ pub struct SubscriberOptions {
     /// about a second later: the message and any sent meanwhile are lost, the next one
     /// shows the gap, and [`Subscriber::connections_lost`] counts the closing. A message
     /// whose frames are each under it but together over is received and refused with
-    /// [`WatchError::TooLarge`].
+    /// [`WatchError::TooLarge`](super::WatchError::TooLarge).
+    ///
+    /// [`Subscriber::connections_lost`]: super::Subscriber::connections_lost
     pub max_message_bytes: usize,
     /// What to subscribe to: the publisher's topic (`kv_events_topic`) or a prefix of it;
     /// default empty: every message.
