@@ -12,7 +12,8 @@
 
 use crate::log::{self, Level};
 use crate::{
-    Config, CreateError, MediumSet, ObjectSource, Publisher, RemoveAllScan, Snapshot, Stats,
+    Config, CreateError, MediumSet, ObjectSource, Publisher, RemoveAllScan, Snapshot, SourceError,
+    Stats,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
@@ -196,13 +197,13 @@ impl std::fmt::Debug for bridge::ObjectSource {
 
 /// The master's object source as the publisher calls it.
 impl ObjectSource for UniquePtr<bridge::ObjectSource> {
-    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), String> {
+    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), SourceError> {
         let Some(source) = self.as_ref() else {
             return Ok(());
         };
         match source.objects(tenant.unwrap_or_default(), tenant.is_none(), snapshot) {
             0 => Ok(()),
-            rc => Err(format!("it returned {rc}")),
+            rc => Err(format!("it returned {rc}").into()),
         }
     }
 }

@@ -96,7 +96,7 @@ mod transport {
 pub mod wire;
 
 #[cfg(feature = "publisher")]
-pub use config::{Config, NonUtf8, Settings};
+pub use config::{Config, NonUtf8, Settings, UnknownNonUtf8};
 #[cfg(feature = "publisher")]
 pub use error::CreateError;
 pub use event::EventKind;
@@ -106,6 +106,6 @@ pub use media::{Medium, MediumSet, ReplicaKind};
 #[cfg(feature = "publisher")]
 pub use publisher::{Publisher, RemoveAllScan};
 #[cfg(feature = "publisher")]
-pub use recovery::{Abandoned, ObjectSource, Snapshot};
+pub use recovery::{Abandoned, ObjectSource, Snapshot, SourceError};
 #[cfg(feature = "publisher")]
 pub use stats::{BuildInfo, Stats};

@@ -6,7 +6,7 @@ use kv_events_testing as common;
 
 use common::{dealer, eventually, raw_subscriber, tcp_endpoint};
 use mooncake_kv_events::wire::{decode_message, field};
-use mooncake_kv_events::{Config, Medium, MediumSet, Publisher, Snapshot};
+use mooncake_kv_events::{Config, Medium, MediumSet, Publisher, Snapshot, SourceError};
 use rmpv::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -54,7 +54,7 @@ impl Master {
         }
     }
 
-    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Snapshot) -> Result<(), String> {
+    fn objects(&self, tenant: Option<&[u8]>, objects: &mut Snapshot) -> Result<(), SourceError> {
         for shard in &self.shards {
             let copied: Vec<(Object, MediumSet)> = shard
                 .lock()
@@ -64,9 +64,7 @@ impl Master {
                 .map(|(o, m)| (o.clone(), *m))
                 .collect();
             for ((tenant, key), media) in copied {
-                objects
-                    .add(&tenant, &key, b"", media)
-                    .map_err(|e| e.to_string())?;
+                objects.add(&tenant, &key, b"", media)?;
             }
         }
         Ok(())
@@ -530,7 +528,7 @@ fn a_requester_that_never_reads_is_abandoned_and_the_source_told_to_stop() {
             let key = format!("a-rather-long-object-key-to-fill-the-queues-{i:020}");
             if let Err(abandoned) = objects.add(b"t", key.as_bytes(), b"g", both) {
                 *seen.lock().unwrap() = Some(i);
-                return Err(abandoned.to_string());
+                return Err(abandoned.into());
             }
         }
         Ok(())

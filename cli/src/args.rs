@@ -53,6 +53,13 @@ macro_rules! mirror_examples {
     };
 }
 
+macro_rules! relay_examples {
+    () => {
+        "  kv-events relay tcp://master-0:5557 --replay-endpoint tcp://master-0:5558 --nats nats://nats-0:4222
+"
+    };
+}
+
 macro_rules! keygen_examples {
     () => {
         "  kv-events keygen master-0        # master-0.key (secret, mode 0600) and master-0.pub
@@ -100,6 +107,7 @@ Examples:
         demo_examples!(),
         tail_examples!(),
         mirror_examples!(),
+        relay_examples!(),
         keygen_examples!(),
         completions_examples!()
     )
@@ -127,7 +135,7 @@ pub(crate) enum Command {
     Tail(TailArgs),
     /// Run a publisher, a watcher and a synthetic master workload; compare what was seen
     ///
-    /// Runs a publisher on E and a watcher on the same stream, drives it with a synthetic
+    /// Runs a publisher on ENDPOINT and a watcher on the same stream, drives it with a synthetic
     /// master workload that makes every kind of call over N objects, and prints what the
     /// watcher saw against what was published. Exits 0 only if the watcher saw every
     /// event with no gap.
@@ -155,8 +163,8 @@ pub(crate) enum Command {
     /// and docs/relay.md says the rest.
     #[command(verbatim_doc_comment, disable_help_flag = true)]
     Relay {
-        /// PUB_ENDPOINT... --replay-endpoint EP... --nats URL [--stream NAME] [--snapshots NAME]
-        /// [--bucket NAME] [--replicas N]
+        /// ENDPOINT... --replay-endpoint REPLAY_ENDPOINT... --nats URL [--stream NAME]
+        /// [--snapshots NAME] [--bucket NAME] [--replicas N]
         #[arg(
             trailing_var_arg = true,
             allow_hyphen_values = true,
@@ -248,7 +256,7 @@ pub(crate) struct TailArgs {
     /// quiet whether messages at the end of a burst were lost
     ///
     /// The master's kv_events_replay_endpoint. stderr says what could not be filled.
-    #[arg(long, value_name = "E", verbatim_doc_comment,
+    #[arg(long, value_name = "REPLAY_ENDPOINT", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoint: Option<String>,
     /// Subscribe to this topic (the master's kv_events_topic) or a prefix of it
@@ -282,7 +290,7 @@ impl TailArgs {
 #[derive(Debug, PartialEq, Args)]
 pub(crate) struct DemoArgs {
     /// The endpoint the publisher binds
-    #[arg(long, value_name = "E", default_value = "tcp://127.0.0.1:5557",
+    #[arg(long, value_name = "ENDPOINT", default_value = "tcp://127.0.0.1:5557",
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) endpoint: String,
     /// How many objects the workload creates
@@ -316,7 +324,7 @@ pub(crate) struct DemoArgs {
     ///
     /// The model master is the publisher's object source: a subscriber that joins mid-run
     /// takes a snapshot and converges (kv-events mirror).
-    #[arg(long, value_name = "E", verbatim_doc_comment,
+    #[arg(long, value_name = "REPLAY_ENDPOINT", verbatim_doc_comment,
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoint: Option<String>,
     /// Make at most this many calls a second, so that the workload lasts (default: flat out)
@@ -360,7 +368,7 @@ pub(crate) struct MirrorArgs {
     pub(crate) endpoints: Vec<String>,
     /// The replay socket of each ENDPOINT, in the same order (kv_events_replay_endpoint);
     /// none: the publisher has none, its stream from the join on is all the mirror gets
-    #[arg(long = "replay-endpoint", value_name = "E", required = true,
+    #[arg(long = "replay-endpoint", value_name = "REPLAY_ENDPOINT", required = true,
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoints: Vec<String>,
     /// Print a summary of the index every SECS seconds
@@ -471,7 +479,7 @@ fn with_usage(mut err: clap::Error, args: &[OsString]) -> clap::Error {
 
 /// Writes the completion script for `shell` on stdout. A reader that went away (`| head`)
 /// is no error.
-pub(crate) fn print_completions(shell: Shell) -> Result<(), String> {
+pub(crate) fn print_completions(shell: Shell) -> Result<(), crate::CommandError> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "kv-events", &mut script);
     let mut script = String::from_utf8_lossy(&script).into_owned();
@@ -484,7 +492,7 @@ pub(crate) fn print_completions(shell: Shell) -> Result<(), String> {
     }
     match io::stdout().write_all(script.as_bytes()) {
         Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
-            Err(format!("cannot write the completion script: {e}"))
+            Err(format!("cannot write the completion script: {e}").into())
         }
         _ => Ok(()),
     }
@@ -764,7 +772,7 @@ mod tests {
             ),
             ("keygen", "<NAME>"),
             ("mirror", "<ENDPOINT>..."),
-            ("mirror a", "--replay-endpoint <E>"),
+            ("mirror a", "--replay-endpoint <REPLAY_ENDPOINT>"),
             (
                 "mirror a b --replay-endpoint r",
                 "2 ENDPOINTs but 1 --replay-endpoint:",

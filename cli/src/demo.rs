@@ -46,7 +46,7 @@ struct Drain {
 type Watched = (View, Option<String>);
 
 /// Runs the demo. `Err` says why it failed, in one sentence.
-pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
+pub(crate) fn run(args: &DemoArgs) -> Result<(), crate::CommandError> {
     // `_run_dir` is removed when the demo ends: the allow-list of the run, with the
     // watcher's key in it.
     let (config, watcher_keys, _run_dir) = configure(args)?;
@@ -120,13 +120,15 @@ pub(crate) fn run(args: &DemoArgs) -> Result<(), String> {
         ));
         Ok(())
     } else {
-        Err(problems.join("; "))
+        Err(problems.join("; ").into())
     }
 }
 
 /// The publisher's config for `args`, the watcher's CURVE keys when the stream is encrypted,
 /// and the directory of the run's allow-list when there is one.
-fn configure(args: &DemoArgs) -> Result<(Config, Option<CurveClient>, Option<RunDir>), String> {
+fn configure(
+    args: &DemoArgs,
+) -> Result<(Config, Option<CurveClient>, Option<RunDir>), crate::CommandError> {
     let mut config = Config {
         enable_kv_events: true,
         bind_endpoint: args.endpoint.clone(),
@@ -215,7 +217,7 @@ impl Drop for RunDir {
 fn curve_setup(
     secret: &Path,
     allow: Option<&Path>,
-) -> Result<(CurveClient, Option<RunDir>), String> {
+) -> Result<(CurveClient, Option<RunDir>), crate::CommandError> {
     let server = keys::read_key_pair(secret).map_err(|why| format!("--curve-secret-key: {why}"))?;
     let watcher = KeyPair::generate()?;
     let client = CurveClient {

@@ -4,7 +4,7 @@ use mooncake_kv_events::keys::{self, KeyPair};
 use std::path::Path;
 
 /// Writes the two files and says what goes where. `Err` says why not, in one sentence.
-pub(crate) fn run(name: &Path) -> Result<(), String> {
+pub(crate) fn run(name: &Path) -> Result<(), crate::CommandError> {
     let pair = KeyPair::generate()?;
     let (secret, public) = keys::write_key_files(name, &pair)?;
     println!(

@@ -20,11 +20,16 @@ mod view;
 use args::Command;
 use std::process::ExitCode;
 
+/// Why a command failed: said on stderr in one line, and the exit status is 1. Boxed, as
+/// nothing branches on it: the library's typed errors are matched where a command can act
+/// on them, and reach this point only to be said.
+type CommandError = Box<dyn std::error::Error>;
+
 fn main() -> ExitCode {
     let outcome = match args::parse() {
         Command::Tail(tail) => tail::run(&tail),
         Command::Demo(demo) => demo::run(&demo),
-        Command::Mirror(mirror) => mirror::run(&mirror),
+        Command::Mirror(mirror) => mirror::run(&mirror).map_err(CommandError::from),
         Command::Relay { args } => relay::run(&args),
         Command::Keygen { name } => keygen::run(&name),
         Command::Completions { shell } => args::print_completions(shell),

@@ -110,8 +110,7 @@ impl<'p> Master<'p> {
                 .map(|((tenant, key), o)| (*tenant, key.clone(), o.group, media(&o.replicas)))
                 .collect();
             for (tenant, key, group, media) in copied {
-                out.add(tenant.as_bytes(), &key, group.as_bytes(), media)
-                    .map_err(|e| e.to_string())?;
+                out.add(tenant.as_bytes(), &key, group.as_bytes(), media)?;
             }
             Ok(())
         });

@@ -27,11 +27,11 @@ const NO_REPLAY: &str = "none";
 /// one sentence.
 pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
     let own_keys = match &args.curve_secret_key {
-        Some(path) => Some(keys::read_key_pair(path)?),
+        Some(path) => Some(keys::read_key_pair(path).map_err(|e| e.to_string())?),
         None => None,
     };
     if own_keys.is_some() {
-        keys::curve_available()?;
+        keys::curve_available().map_err(|e| e.to_string())?;
     }
     let mut upstreams = Vec::with_capacity(args.endpoints.len());
     for (i, (endpoint, replay)) in args
@@ -48,7 +48,7 @@ pub(crate) fn run(args: &MirrorArgs) -> Result<(), String> {
         let curve = match curve {
             None => None,
             Some((server, pair)) => Some(CurveClient {
-                server_key: keys::read_public_key(server)?,
+                server_key: keys::read_public_key(server).map_err(|e| e.to_string())?,
                 keys: pair.clone(),
             }),
         };

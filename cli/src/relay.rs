@@ -11,7 +11,7 @@ const RELAY: &str = "kv-events-relay";
 
 /// Replaces this process with the relay, given `args`: signals and the exit status are the
 /// relay's own. Returns only when it cannot be run.
-pub(crate) fn run(args: &[OsString]) -> Result<(), String> {
+pub(crate) fn run(args: &[OsString]) -> Result<(), crate::CommandError> {
     let own = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let relay = own.with_file_name(RELAY);
     if !relay.exists() {
@@ -19,11 +19,12 @@ pub(crate) fn run(args: &[OsString]) -> Result<(), String> {
             "{} is not built: run `cargo build --release --locked -p {RELAY}` (it goes beside \
              kv-events), see docs/relay.md",
             relay.display()
-        ));
+        )
+        .into());
     }
     let error = Command::new(&relay)
         .arg0("kv-events relay")
         .args(args)
         .exec();
-    Err(format!("cannot run {}: {error}", relay.display()))
+    Err(format!("cannot run {}: {error}", relay.display()).into())
 }

@@ -35,7 +35,7 @@ enum Failure {
 }
 
 /// Runs `tail` until its limits say stop. `Err` is a runtime failure, said in one sentence.
-pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
+pub(crate) fn run(args: &TailArgs) -> Result<(), crate::CommandError> {
     let endpoint = connect_form(&args.endpoint);
     let curve = match (&args.curve_server_key, &args.curve_secret_key) {
         (Some(server), Some(own)) => Some(CurveClient::from_files(server, own)?),
@@ -96,7 +96,7 @@ pub(crate) fn run(args: &TailArgs) -> Result<(), String> {
     };
     match reading() {
         Ok(Stop::Count) | Err(Failure::ReaderGone) => Ok(()),
-        Err(Failure::Error(why)) => Err(why),
+        Err(Failure::Error(why)) => Err(why.into()),
         Ok(Stop::Idle(idle)) => {
             let t = &view.tally;
             let others = if passes_all {

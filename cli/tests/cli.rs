@@ -915,7 +915,7 @@ fn each_command_has_its_options_and_examples_in_its_help() {
             "demo",
             &[
                 "Usage: kv-events demo [OPTIONS]",
-                "--endpoint <E>",
+                "--endpoint <ENDPOINT>",
                 "--objects <N>",
                 "--show <N|all>",
                 "--wait <SECS>",

@@ -410,7 +410,7 @@ pub(crate) fn split(payload: &[u8]) -> Result<Vec<&[u8]>, Malformed> {
     let mut out = Vec::new();
     let mut at = 0;
     while at < payload.len() {
-        let end = skip(payload, at, 0).map_err(Malformed)?;
+        let end = skip(payload, at, 0).map_err(Malformed::Payload)?;
         out.push(&payload[at..end]);
         at = end;
     }

@@ -64,8 +64,8 @@ fn main() -> ExitCode {
 fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, Error> {
     let own_keys = match &args.curve_secret_key {
         Some(path) => {
-            keys::curve_available().map_err(Error::Master)?;
-            Some(keys::read_key_pair(path).map_err(Error::Master)?)
+            keys::curve_available().map_err(|e| Error::Master(e.to_string()))?;
+            Some(keys::read_key_pair(path).map_err(|e| Error::Master(e.to_string()))?)
         }
         None => None,
     };
@@ -84,7 +84,8 @@ fn upstreams(args: &args::Args) -> Result<Vec<Upstream>, Error> {
                     i
                 }];
                 Some(CurveClient {
-                    server_key: keys::read_public_key(server).map_err(Error::Master)?,
+                    server_key: keys::read_public_key(server)
+                        .map_err(|e| Error::Master(e.to_string()))?,
                     keys: pair.clone(),
                 })
             }

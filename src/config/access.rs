@@ -71,8 +71,10 @@ impl Access {
                 .map_err(|why| CreateError::invalid(field, format!("is set, but {why}")))?;
             let path = Path::new(&config.curve_secret_key_file);
             Some(
-                keys::read_key_pair(path)
-                    .map_err(|reason| CreateError::KeyFile { field, reason })?,
+                keys::read_key_pair(path).map_err(|why| CreateError::KeyFile {
+                    field,
+                    reason: why.to_string(),
+                })?,
             )
         };
         let allowed_keys = if config.curve_allow.is_empty() {
@@ -86,8 +88,12 @@ impl Access {
                      admits CURVE clients, and without a server key the socket speaks no CURVE",
                 ));
             }
-            let list = keys::read_allow_list(Path::new(&config.curve_allow))
-                .map_err(|reason| CreateError::KeyFile { field, reason })?;
+            let list = keys::read_allow_list(Path::new(&config.curve_allow)).map_err(|why| {
+                CreateError::KeyFile {
+                    field,
+                    reason: why.to_string(),
+                }
+            })?;
             Some(list.into_iter().map(|(_, key)| key).collect())
         };
         let allowed_addresses = if config.null_allow_addresses.trim().is_empty() {

@@ -292,16 +292,28 @@ impl NonUtf8 {
     }
 }
 
-impl std::str::FromStr for NonUtf8 {
-    type Err = String;
+/// A `kv_events_non_utf8` value that is none of `skip` (or empty), `bin`, `str`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownNonUtf8(pub String);
 
-    fn from_str(text: &str) -> Result<NonUtf8, String> {
+impl fmt::Display for UnknownNonUtf8 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not skip, bin or str", self.0)
+    }
+}
+
+impl std::error::Error for UnknownNonUtf8 {}
+
+impl std::str::FromStr for NonUtf8 {
+    type Err = UnknownNonUtf8;
+
+    fn from_str(text: &str) -> Result<NonUtf8, UnknownNonUtf8> {
         match text {
             // Empty is the default, as an empty string flag is elsewhere (a C caller's NULL).
             "" | "skip" => Ok(NonUtf8::Skip),
             "bin" => Ok(NonUtf8::Bin),
             "str" => Ok(NonUtf8::Str),
-            other => Err(format!("{other:?} is not skip, bin or str")),
+            other => Err(UnknownNonUtf8(other.to_owned())),
         }
     }
 }
@@ -354,6 +366,15 @@ mod tests {
             backend_id: "store-a".into(),
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn non_utf8_modes_parse_and_an_unknown_one_is_named() {
+        assert_eq!("".parse(), Ok(NonUtf8::Skip));
+        assert_eq!("bin".parse(), Ok(NonUtf8::Bin));
+        let err = "raw".parse::<NonUtf8>().unwrap_err();
+        assert_eq!(err, UnknownNonUtf8("raw".into()));
+        assert_eq!(err.to_string(), "\"raw\" is not skip, bin or str");
     }
 
     #[test]

@@ -8,4 +8,4 @@ pub(crate) mod replay;
 mod requester;
 pub(crate) mod snapshot;
 
-pub use snapshot::{Abandoned, ObjectSource, Snapshot};
+pub use snapshot::{Abandoned, ObjectSource, Snapshot, SourceError};

@@ -319,7 +319,7 @@ impl Serving {
             }
             Err(why) => {
                 self.counters.bad_requests.fetch_add(1, Relaxed);
-                self.reply(&peer, verb::ERROR, why.as_bytes());
+                self.reply(&peer, verb::ERROR, why.to_string().as_bytes());
             }
         }
     }

@@ -62,15 +62,20 @@ const AHEAD: usize = 256;
 pub trait ObjectSource: Send + Sync {
     /// Adds every object readable now, of `tenant` only when given (its `tenant_id` as on
     /// the wire; objects of other tenants are left out by the library anyway). Stops when
-    /// [`Snapshot::add`] says the snapshot was abandoned. An error is sent to the requester.
-    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), String>;
+    /// [`Snapshot::add`] says the snapshot was abandoned. An error is sent to the requester,
+    /// as its text.
+    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), SourceError>;
 }
+
+/// Why an [`ObjectSource`] could not list the objects: any error of the master's (a `String`,
+/// [`Abandoned`] or its own type, through `?`). The library sends its text to the requester.
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
 
 impl<F> ObjectSource for F
 where
-    F: Fn(Option<&[u8]>, &mut Snapshot) -> Result<(), String> + Send + Sync,
+    F: Fn(Option<&[u8]>, &mut Snapshot) -> Result<(), SourceError> + Send + Sync,
 {
-    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), String> {
+    fn objects(&self, tenant: Option<&[u8]>, snapshot: &mut Snapshot) -> Result<(), SourceError> {
         self(tenant, snapshot)
     }
 }

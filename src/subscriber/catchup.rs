@@ -60,7 +60,7 @@ impl ReplayClient {
         let frames = self.reply(deadline)?;
         match frames.as_slice() {
             [_, head, body] if head.as_slice() == verb::INFO => {
-                Info::decode(body).map_err(WatchError::Replay)
+                Info::decode(body).map_err(WatchError::BadReply)
             }
             other => Err(self.unexpected(other)),
         }

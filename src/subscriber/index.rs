@@ -6,6 +6,7 @@
 //! [`super::Follower`] keeps one [`Index`] per publisher it follows, and heals it
 //! through snapshots and replays when the stream loses something.
 
+use crate::event::EventKind;
 use crate::media::{Medium, MediumSet};
 use crate::wire::{Change, Field};
 use rmpv::Value;
@@ -27,6 +28,37 @@ pub type Objects = HashMap<Vec<u8>, MediumSet, foldhash::fast::RandomState>;
 /// taken as their bytes). An object is present only while its media set is not empty, and a
 /// tenant only while it holds an object, so two indexes that hold the same objects are
 /// equal.
+///
+/// ```
+/// use mooncake_kv_events::subscriber::{Applied, Index, RejectedEvent};
+/// use mooncake_kv_events::{EventKind, Medium};
+/// use rmpv::Value;
+///
+/// // An event as `Subscriber::recv` hands it: a map, every field as received.
+/// let event = |fields: &[(&str, &str)]| {
+///     Value::Map(fields.iter().map(|&(k, v)| (k.into(), v.into())).collect())
+/// };
+/// let mut index = Index::new();
+/// let stored = event(&[
+///     ("event_type", "stored"),
+///     ("tenant_id", "default"),
+///     ("object_key", "llama/0"),
+///     ("medium", "cpu"),
+/// ]);
+/// assert_eq!(index.apply(&stored), Ok(Applied::Stored));
+/// // The master's empty tenant is "default" on the wire.
+/// assert!(index.get(b"", b"llama/0").contains(Medium::Cpu));
+///
+/// // An event the index cannot take changes nothing, and says why.
+/// let keyless = event(&[("event_type", "removed"), ("tenant_id", "default"), ("medium", "cpu")]);
+/// match index.apply(&keyless) {
+///     Err(RejectedEvent::Missing { event: EventKind::Removed, field }) => {
+///         assert_eq!(field, "object_key")
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// assert_eq!(index.objects(), 1);
+/// ```
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Index {
     tenants: BTreeMap<Vec<u8>, Objects>,
@@ -53,12 +85,78 @@ impl fmt::Debug for Index {
     }
 }
 
-/// The bytes of `field`, `name` of a `kind` event, or why there are none.
-fn known<'e>(kind: &str, name: &str, field: &Field<'e>) -> Result<&'e [u8], String> {
+/// Why an [`Index`] did not take an event: [`Index::apply`] changed nothing. Concerns that
+/// event alone; a reader skips it and goes on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RejectedEvent {
+    /// The event has no `event_type`, or one that is not a string.
+    NoEventType,
+    /// The `event_type` is none of `stored`, `removed`, `cleared`.
+    UnknownType(String),
+    /// A field the event needs (`tenant_id`, `object_key`) is absent.
+    Missing {
+        /// The event's type.
+        event: EventKind,
+        /// The field.
+        field: &'static str,
+    },
+    /// A field the event needs is neither a `str` nor a `bin`.
+    NotBytes {
+        /// The event's type.
+        event: EventKind,
+        /// The field.
+        field: &'static str,
+        /// What it holds instead, described.
+        found: String,
+    },
+    /// A `stored` or `removed` event has no `medium`, or one other than `cpu` or `disk`.
+    UnknownMedium {
+        /// The event's type.
+        event: EventKind,
+    },
+}
+
+impl fmt::Display for RejectedEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RejectedEvent::NoEventType => f.write_str("an event without an event_type string"),
+            RejectedEvent::UnknownType(other) => write!(f, "an event of unknown type {other:?}"),
+            RejectedEvent::Missing { event, field } => {
+                write!(f, "a {} event without {field}", event.as_str())
+            }
+            RejectedEvent::NotBytes {
+                event,
+                field,
+                found,
+            } => write!(f, "a {} event whose {field} is {found}", event.as_str()),
+            RejectedEvent::UnknownMedium { event } => {
+                write!(
+                    f,
+                    "a {} event without a medium of cpu or disk",
+                    event.as_str()
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for RejectedEvent {}
+
+/// The bytes of `field`, named `name`, of an `event`, or why there are none.
+fn known<'e>(
+    event: EventKind,
+    name: &'static str,
+    field: &Field<'e>,
+) -> Result<&'e [u8], RejectedEvent> {
     match field {
         Field::Bytes(b) => Ok(b),
-        Field::Other(other) => Err(format!("a {kind} event whose {name} is {other}")),
-        Field::Absent => Err(format!("a {kind} event without {name}")),
+        Field::Other(found) => Err(RejectedEvent::NotBytes {
+            event,
+            field: name,
+            found: found.clone(),
+        }),
+        Field::Absent => Err(RejectedEvent::Missing { event, field: name }),
     }
 }
 
@@ -194,41 +292,39 @@ impl Index {
     /// Applies one event map as the wire carries it. An event the index cannot take (an
     /// unknown `event_type`, a `stored` or `removed` without a key or a medium it knows, no
     /// tenant) changes nothing; the error says why.
-    pub fn apply(&mut self, event: &Value) -> Result<Applied, String> {
+    pub fn apply(&mut self, event: &Value) -> Result<Applied, RejectedEvent> {
         self.apply_change(&Change::from_value(event))
     }
 
     /// [`Index::apply`] of an event decoded as a [`Change`], its four fields alone.
-    pub fn apply_change(&mut self, event: &Change<'_>) -> Result<Applied, String> {
+    pub fn apply_change(&mut self, event: &Change<'_>) -> Result<Applied, RejectedEvent> {
         let kind = event
             .event_type
             .bytes()
             .and_then(|kind| std::str::from_utf8(kind).ok())
-            .ok_or("an event without an event_type string")?;
-        let medium = || match event.medium.bytes() {
-            Some(b"cpu") => Ok(Medium::Cpu),
-            Some(b"disk") => Ok(Medium::Disk),
-            _ => Err(format!("a {kind} event without a medium of cpu or disk")),
+            .ok_or(RejectedEvent::NoEventType)?;
+        let kind = match kind {
+            "stored" => EventKind::Stored,
+            "removed" => EventKind::Removed,
+            "cleared" => EventKind::Cleared,
+            other => return Err(RejectedEvent::UnknownType(other.to_owned())),
         };
-        match kind {
-            "stored" | "removed" => {
-                let tenant = known(kind, "tenant_id", &event.tenant_id)?;
-                let key = known(kind, "object_key", &event.object_key)?;
-                let medium = medium()?;
-                if kind == "stored" {
-                    self.store(tenant, key, medium);
-                    Ok(Applied::Stored)
-                } else {
-                    self.remove(tenant, key, medium);
-                    Ok(Applied::Removed)
-                }
-            }
-            "cleared" => Ok(Applied::Cleared(self.clear(known(
-                kind,
-                "tenant_id",
-                &event.tenant_id,
-            )?))),
-            other => Err(format!("an event of unknown type {other:?}")),
+        let tenant = known(kind, "tenant_id", &event.tenant_id)?;
+        if kind == EventKind::Cleared {
+            return Ok(Applied::Cleared(self.clear(tenant)));
+        }
+        let key = known(kind, "object_key", &event.object_key)?;
+        let medium = match event.medium.bytes() {
+            Some(b"cpu") => Medium::Cpu,
+            Some(b"disk") => Medium::Disk,
+            _ => return Err(RejectedEvent::UnknownMedium { event: kind }),
+        };
+        if kind == EventKind::Stored {
+            self.store(tenant, key, medium);
+            Ok(Applied::Stored)
+        } else {
+            self.remove(tenant, key, medium);
+            Ok(Applied::Removed)
         }
     }
 
@@ -389,10 +485,22 @@ mod tests {
                 "whose tenant_id is 7",
             ),
         ] {
-            let err = index.apply(&bad).unwrap_err();
+            let err = index.apply(&bad).unwrap_err().to_string();
             assert!(err.contains(why), "{err}");
         }
         assert_eq!(index, before);
+        // A reader branches on the kind, not on the text.
+        assert_eq!(
+            index.apply(&event("stored", "t".into(), None, Some("cpu"))),
+            Err(RejectedEvent::Missing {
+                event: EventKind::Stored,
+                field: "object_key"
+            })
+        );
+        assert_eq!(
+            index.apply(&event("moved", "t".into(), None, None)),
+            Err(RejectedEvent::UnknownType("moved".into()))
+        );
     }
 
     #[test]

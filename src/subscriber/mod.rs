@@ -49,7 +49,7 @@ pub use follow::{
     AppliedMessage, Changes, FollowError, FollowOptions, Follower, FollowerCounters, Keys, Notice,
     NoticeKind, Status, Upstream,
 };
-pub use index::{json_bytes, Applied, Index, Objects, DEFAULT_TENANT};
+pub use index::{json_bytes, Applied, Index, Objects, RejectedEvent, DEFAULT_TENANT};
 pub use stop::{catch_stop_signals, stop_requested};
 pub use watch::{
     connect_form, Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,

@@ -26,7 +26,7 @@ pub fn decode_message<F: Deref<Target = [u8]>>(frames: &[F]) -> Result<Message<V
         .map(|_| rmpv::decode::read_value(&mut cursor))
         .collect::<Result<Vec<_>, _>>()
         // Unreachable after the check; an error rather than a panic all the same.
-        .map_err(|e| Malformed(format!("an event does not decode: {e}")))?;
+        .map_err(|e| Malformed::Payload(format!("an event does not decode: {e}")))?;
     Ok(Message {
         sequence,
         timestamp_ms: shape.timestamp_ms,
@@ -121,21 +121,29 @@ pub(super) mod tests {
     #[test]
     fn malformed_messages_say_why() {
         let body = payload(&Value::Array(vec![]));
-        for (frames, why) in [
-            (vec![vec![]], "1 frames"),
+        for (frames, kind, why) in [
+            (vec![vec![]], Malformed::Frames { count: 1 }, "1 frames"),
             (
                 vec![vec![b't'; 256], vec![0; 8], body.clone()],
+                Malformed::Topic { bytes: 256 },
                 "topic of 256",
             ),
-            (vec![vec![], vec![0; 4], body.clone()], "sequence of 4"),
             (
-                vec![vec![], vec![0; 8], body],
-                "the payload is an array of 0, expected",
+                vec![vec![], vec![0; 4], body.clone()],
+                Malformed::Sequence { bytes: 4 },
+                "sequence of 4",
             ),
         ] {
-            let err = decode_message(&frames).unwrap_err().to_string();
-            assert!(err.contains(why), "{err}");
+            let err = decode_message(&frames).unwrap_err();
+            assert_eq!(err, kind);
+            assert!(err.to_string().contains(why), "{err}");
         }
+        let err = decode_message(&[vec![], vec![0; 8], body]).unwrap_err();
+        assert!(
+            matches!(&err, Malformed::Payload(why)
+            if why.starts_with("the payload is an array of 0, expected")),
+            "{err}"
+        );
     }
 
     /// A batch of one event holding `value` under the key "k".

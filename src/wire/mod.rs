@@ -13,10 +13,8 @@ mod validate;
 
 pub use change::{Change, Field};
 pub use decode::{decode_message, field, to_json};
-pub use replay::{Info, Replayed, Request, SnapshotEnd, END_OF_REPLAY};
+pub use replay::{BadReply, BadRequest, Info, Replayed, Request, SnapshotEnd, END_OF_REPLAY};
 pub use typed::{Bytes, Checked, Event, Message};
 pub use validate::{
     Malformed, MAX_BATCH_EVENTS, MAX_EVENT_ARRAY_ITEMS, MAX_EVENT_KEYS, MAX_TOPIC_BYTES,
 };
-
-pub(crate) use validate::wrong_frames;

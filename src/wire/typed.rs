@@ -66,12 +66,12 @@ impl<E: DeserializeOwned> Message<E> {
         let mut events = Vec::with_capacity(shape.events as usize);
         let mut reader = rmp_serde::Deserializer::from_read_ref(&payload[shape.events_at..]);
         for index in 0..shape.events {
-            let event = E::deserialize(&mut reader).map_err(|e| {
-                Malformed(format!(
-                    "event {index} of {} (sequence {sequence}) does not decode into {}: {e}",
-                    shape.events,
-                    std::any::type_name::<E>()
-                ))
+            let event = E::deserialize(&mut reader).map_err(|e| Malformed::Event {
+                index,
+                events: shape.events,
+                sequence,
+                into: std::any::type_name::<E>(),
+                why: e.to_string(),
             })?;
             events.push(event);
         }
@@ -106,10 +106,9 @@ impl<P: Deref<Target = [u8]>> Checked<P> {
     /// (the last frame).
     pub fn new(mut frames: Vec<P>) -> Result<Checked<P>, Malformed> {
         if let Some(payload) = frames.last().filter(|p| u32::try_from(p.len()).is_err()) {
-            return Err(Malformed(format!(
-                "a payload of {} bytes, more than 4 GiB",
-                payload.len()
-            )));
+            return Err(Malformed::PayloadTooLarge {
+                bytes: payload.len(),
+            });
         }
         let mut changes: Vec<[(u32, u32); 4]> = Vec::new();
         let found = |event: u32, key: &[u8], value: Range<usize>| {
@@ -128,9 +127,7 @@ impl<P: Deref<Target = [u8]>> Checked<P> {
         let (sequence, _, shape) = envelope_with(&frames, &mut { found })?;
         changes.resize(shape.events as usize, [(0, 0); 4]);
         // Three frames: the envelope checked it.
-        let payload = frames
-            .pop()
-            .ok_or_else(|| Malformed(super::wrong_frames(0)))?;
+        let payload = frames.pop().ok_or(Malformed::Frames { count: 0 })?;
         Ok(Checked {
             sequence,
             timestamp_ms: shape.timestamp_ms,

@@ -7,13 +7,76 @@ use rmp::Marker;
 use std::fmt;
 use std::ops::{Deref, Range};
 
-/// Why a message is not one of the stream's: what was wrong, and where.
+/// Why a message is not one of the stream's: what was wrong, and where. It concerns that
+/// message alone: a reader refuses it and goes on with the next.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Malformed(pub String);
+#[non_exhaustive]
+pub enum Malformed {
+    /// The message has not 3 frames (topic, sequence, payload).
+    Frames {
+        /// The frames it has.
+        count: usize,
+    },
+    /// The topic frame is longer than [`MAX_TOPIC_BYTES`].
+    Topic {
+        /// Its length.
+        bytes: usize,
+    },
+    /// The sequence frame is not 8 bytes.
+    Sequence {
+        /// Its length.
+        bytes: usize,
+    },
+    /// The payload is 4 GiB or more, beyond what the format's offsets address.
+    PayloadTooLarge {
+        /// Its length.
+        bytes: usize,
+    },
+    /// The payload is not a batch of the format: what is wrong and at which byte, for people.
+    Payload(String),
+    /// The payload follows the format, but an event does not deserialize into the reader's
+    /// type ([`Message::decode`](super::Message::decode)).
+    Event {
+        /// The event's place in the batch, from 0.
+        index: u32,
+        /// The events in the batch.
+        events: u32,
+        /// The message's sequence.
+        sequence: u64,
+        /// The type it does not fit.
+        into: &'static str,
+        /// serde's reason.
+        why: String,
+    },
+}
 
 impl fmt::Display for Malformed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "malformed message: {}", self.0)
+        f.write_str("malformed message: ")?;
+        match self {
+            Malformed::Frames { count } => {
+                write!(f, "{count} frames, expected 3 (topic, sequence, payload)")
+            }
+            Malformed::Topic { bytes } => write!(
+                f,
+                "a topic of {bytes} bytes, expected at most {MAX_TOPIC_BYTES}"
+            ),
+            Malformed::Sequence { bytes } => write!(f, "a sequence of {bytes} bytes, expected 8"),
+            Malformed::PayloadTooLarge { bytes } => {
+                write!(f, "a payload of {bytes} bytes, more than 4 GiB")
+            }
+            Malformed::Payload(why) => f.write_str(why),
+            Malformed::Event {
+                index,
+                events,
+                sequence,
+                into,
+                why,
+            } => write!(
+                f,
+                "event {index} of {events} (sequence {sequence}) does not decode into {into}: {why}"
+            ),
+        }
     }
 }
 
@@ -33,28 +96,21 @@ pub(super) fn envelope_with<'f, F: Deref<Target = [u8]>>(
     frames: &'f [F],
     field: &mut impl FnMut(u32, &'f [u8], Range<usize>),
 ) -> Result<(u64, &'f [u8], Shape), Malformed> {
-    let malformed = |why: String| Err(Malformed(why));
     let [topic, sequence, payload] = frames else {
-        return malformed(wrong_frames(frames.len()));
+        return Err(Malformed::Frames {
+            count: frames.len(),
+        });
     };
     if topic.len() > MAX_TOPIC_BYTES {
-        return malformed(format!(
-            "a topic of {} bytes, expected at most {MAX_TOPIC_BYTES}",
-            topic.len()
-        ));
+        return Err(Malformed::Topic { bytes: topic.len() });
     }
     let Ok(sequence) = <[u8; 8]>::try_from(&sequence[..]) else {
-        return malformed(format!(
-            "a sequence of {} bytes, expected 8",
-            sequence.len()
-        ));
+        return Err(Malformed::Sequence {
+            bytes: sequence.len(),
+        });
     };
-    let shape = Payload::check(payload, field).map_err(Malformed)?;
+    let shape = Payload::check(payload, field).map_err(Malformed::Payload)?;
     Ok((u64::from_be_bytes(sequence), payload, shape))
-}
-
-pub(crate) fn wrong_frames(count: usize) -> String {
-    format!("{count} frames, expected 3 (topic, sequence, payload)")
 }
 
 /// The most events a message may hold: the wire format's batches hold 1 to 64, and a

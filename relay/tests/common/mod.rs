@@ -554,7 +554,7 @@ async fn read_back_async(url: &str) -> Result<Written, String> {
         }
         for batch in batches(&message.payload)? {
             for event in batch[1].as_array().ok_or("a batch")? {
-                index.apply(event)?;
+                index.apply(event).map_err(|e| e.to_string())?;
             }
             // The master's events and a difference's: every key the contract lists.
             let mut raw = Vec::new();
@@ -568,7 +568,7 @@ async fn read_back_async(url: &str) -> Result<Written, String> {
             let mut index = Index::new();
             for batch in batches(&content)? {
                 for event in batch[1].as_array().ok_or("a batch")? {
-                    index.apply(event)?;
+                    index.apply(event).map_err(|e| e.to_string())?;
                 }
             }
             for message in &log {
@@ -576,7 +576,7 @@ async fn read_back_async(url: &str) -> Result<Written, String> {
                 if sequence > stream_sequence {
                     for batch in batches(&message.payload)? {
                         for event in batch[1].as_array().ok_or("a batch")? {
-                            index.apply(event)?;
+                            index.apply(event).map_err(|e| e.to_string())?;
                         }
                     }
                 }

@@ -3,6 +3,53 @@
 //! publisher may add some.
 
 use rmpv::Value;
+use std::fmt;
+
+/// Why an `info` or `snapshot-end` map does not decode. Concerns that reply alone: the
+/// publisher broke the protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BadReply {
+    /// The reply is not msgpack, or not a map.
+    NotAMap {
+        /// `"an info reply"` or `"a snapshot-end"`.
+        reply: &'static str,
+        /// What the decoder said, when it said something.
+        why: Option<String>,
+    },
+    /// An `info` map's value does not fit [`Info`]'s type for it; rmp-serde's reason.
+    Info(String),
+    /// A `snapshot-end` value is not of its key's type.
+    WrongType {
+        /// The key, as received.
+        key: String,
+        /// The value, as received.
+        value: String,
+    },
+    /// A `snapshot-end` lacks `next_sequence` or `incarnation`.
+    Incomplete,
+}
+
+impl fmt::Display for BadReply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadReply::NotAMap { reply, why: None } => write!(f, "{reply} is not a map"),
+            BadReply::NotAMap {
+                reply,
+                why: Some(why),
+            } => write!(f, "{reply} is not msgpack: {why}"),
+            BadReply::Info(why) => write!(f, "an info reply does not decode: {why}"),
+            BadReply::WrongType { key, value } => {
+                write!(f, "a snapshot-end whose {key} is {value}")
+            }
+            BadReply::Incomplete => {
+                f.write_str("a snapshot-end without its next_sequence or incarnation")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BadReply {}
 
 /// Where the stream stands: the `info` reply's map. Keys the decoder does not know are
 /// ignored, and a key that is missing keeps its default.
@@ -59,14 +106,19 @@ impl Info {
 
     /// Decodes the map with `rmp-serde`; a value of the wrong type is an error, which says
     /// what was wrong.
-    pub fn decode(body: &[u8]) -> Result<Info, String> {
+    pub fn decode(body: &[u8]) -> Result<Info, BadReply> {
         use rmp::Marker;
         // rmp-serde also reads a struct from an array, by position; the protocol's is a map.
         match body.first().map(|&byte| Marker::from_u8(byte)) {
             Some(Marker::FixMap(_) | Marker::Map16 | Marker::Map32) => {}
-            _ => return Err("an info reply is not a map".into()),
+            _ => {
+                return Err(BadReply::NotAMap {
+                    reply: "an info reply",
+                    why: None,
+                })
+            }
         }
-        rmp_serde::from_slice(body).map_err(|e| format!("an info reply does not decode: {e}"))
+        rmp_serde::from_slice(body).map_err(|e| BadReply::Info(e.to_string()))
     }
 }
 
@@ -117,20 +169,24 @@ impl SnapshotEnd {
     }
 
     /// Decodes the map; `next_sequence` and `incarnation` must be there.
-    pub fn decode(body: &[u8]) -> Result<SnapshotEnd, String> {
-        let value = rmpv::decode::read_value(&mut &body[..])
-            .map_err(|e| format!("a snapshot-end that is not msgpack: {e}"))?;
+    pub fn decode(body: &[u8]) -> Result<SnapshotEnd, BadReply> {
+        let not_a_map = |why| BadReply::NotAMap {
+            reply: "a snapshot-end",
+            why,
+        };
+        let value =
+            rmpv::decode::read_value(&mut &body[..]).map_err(|e| not_a_map(Some(e.to_string())))?;
         let Value::Map(entries) = value else {
-            return Err("a snapshot-end that is not a map".into());
+            return Err(not_a_map(None));
+        };
+        let wrong = |key: &Value, value: &Value| BadReply::WrongType {
+            key: key.as_str().map_or_else(|| key.to_string(), str::to_owned),
+            value: value.to_string(),
         };
         let mut end = SnapshotEnd::default();
         let (mut sequence, mut incarnation) = (false, false);
         for (key, value) in &entries {
-            let number = || {
-                value
-                    .as_u64()
-                    .ok_or_else(|| format!("a snapshot-end whose {key} is {value}"))
-            };
+            let number = || value.as_u64().ok_or_else(|| wrong(key, value));
             match key.as_str() {
                 Some("next_sequence") => (end.next_sequence, sequence) = (number()?, true),
                 Some("incarnation") => (end.incarnation, incarnation) = (number()?, true),
@@ -141,14 +197,14 @@ impl SnapshotEnd {
                         Value::Nil => None,
                         Value::String(s) => Some(s.as_bytes().to_vec()),
                         Value::Binary(b) => Some(b.clone()),
-                        other => return Err(format!("a snapshot-end whose tenant is {other}")),
+                        other => return Err(wrong(key, other)),
                     }
                 }
                 _ => {}
             }
         }
         if !(sequence && incarnation) {
-            return Err("a snapshot-end without its next_sequence or incarnation".into());
+            return Err(BadReply::Incomplete);
         }
         Ok(end)
     }
@@ -242,7 +298,7 @@ mod tests {
             (vec![], "is not a map"),
             (vec![0x81, 0xa1], "does not decode: "),
         ] {
-            let err = Info::decode(&body).unwrap_err();
+            let err = Info::decode(&body).unwrap_err().to_string();
             assert!(err.contains(why), "{err}\nwanted: {why}");
         }
     }
@@ -279,8 +335,22 @@ mod tests {
             assert_eq!(SnapshotEnd::decode(&body), Ok(end));
         }
         let partial = Value::Map(vec![(Value::from("next_sequence"), Value::from(1u64))]);
-        assert!(SnapshotEnd::decode(&encoded(&partial))
-            .unwrap_err()
-            .contains("without its next_sequence or incarnation"));
+        assert_eq!(
+            SnapshotEnd::decode(&encoded(&partial)),
+            Err(BadReply::Incomplete)
+        );
+        let negative = Value::Map(vec![
+            (Value::from("next_sequence"), Value::from(-1)),
+            (Value::from("incarnation"), Value::from(1u64)),
+        ]);
+        let err = SnapshotEnd::decode(&encoded(&negative)).unwrap_err();
+        assert_eq!(
+            err,
+            BadReply::WrongType {
+                key: "next_sequence".into(),
+                value: "-1".into()
+            }
+        );
+        assert_eq!(err.to_string(), "a snapshot-end whose next_sequence is -1");
     }
 }

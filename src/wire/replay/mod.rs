@@ -21,8 +21,8 @@ mod reply;
 mod request;
 pub mod verb;
 
-pub use maps::{Info, SnapshotEnd};
+pub use maps::{BadReply, Info, SnapshotEnd};
 #[cfg(feature = "publisher")]
 pub(crate) use reply::ReplyForm;
 pub use reply::{Replayed, END_OF_REPLAY};
-pub use request::Request;
+pub use request::{BadRequest, Request};

@@ -59,7 +59,7 @@ impl<M: Deref<Target = [u8]>> FollowerState<M> {
                     }
                     Err(e) => {
                         self.counters.malformed += 1;
-                        self.fail(e, now);
+                        self.fail(e.to_string(), now);
                     }
                 }
             }
@@ -239,21 +239,25 @@ impl<M: Deref<Target = [u8]>> FollowerState<M> {
         body: &[u8],
         now: Instant,
     ) {
-        let end = SnapshotEnd::decode(body).and_then(|end| match bad {
-            Some(why) => Err(why),
-            None if end.tenant.is_some() => Err(format!(
-                "a snapshot of tenant {} when every tenant was asked for",
-                json_bytes(end.tenant.as_deref().unwrap_or_default())
-            )),
-            None if end.events != events || end.objects != staged.objects() as u64 => Err(format!(
-                "a snapshot announced {} events and {} objects; {events} events and {} \
+        let end = SnapshotEnd::decode(body)
+            .map_err(|e| e.to_string())
+            .and_then(|end| match bad {
+                Some(why) => Err(why),
+                None if end.tenant.is_some() => Err(format!(
+                    "a snapshot of tenant {} when every tenant was asked for",
+                    json_bytes(end.tenant.as_deref().unwrap_or_default())
+                )),
+                None if end.events != events || end.objects != staged.objects() as u64 => {
+                    Err(format!(
+                        "a snapshot announced {} events and {} objects; {events} events and {} \
                      objects arrived",
-                end.events,
-                end.objects,
-                staged.objects()
-            )),
-            None => Ok(end),
-        });
+                        end.events,
+                        end.objects,
+                        staged.objects()
+                    ))
+                }
+                None => Ok(end),
+            });
         let end = match end {
             Ok(end) => end,
             Err(why) => {
