@@ -10,7 +10,7 @@
 //! store-to-load forward, once per string per call. The calls the master makes under its
 //! locks catch any panic here: a panic that reached C++ would abort the master.
 
-use crate::log::{self, Level};
+use crate::logging::{self, Level};
 use crate::{
     Config, CreateError, MediumSet, ObjectSource, Publisher, RemoveAllScan, Snapshot, SourceError,
     Stats,
@@ -168,9 +168,9 @@ unsafe impl Sync for LogSink {}
 
 fn set_log_sink(sink: UniquePtr<LogSink>) {
     if sink.is_null() {
-        return log::remove_log_sink();
+        return logging::remove_log_sink();
     }
-    log::set_log_sink(move |level, message| {
+    logging::set_log_sink(move |level, message| {
         let level = match level {
             Level::Debug => 0,
             Level::Info => 1,

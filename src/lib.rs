@@ -73,7 +73,7 @@ mod event;
 mod ffi;
 pub mod keys;
 #[cfg(feature = "publisher")]
-mod log;
+mod logging;
 mod media;
 #[cfg(feature = "publisher")]
 mod publisher;
@@ -101,7 +101,7 @@ pub use config::{Config, NonUtf8, Settings, UnknownNonUtf8};
 pub use error::CreateError;
 pub use event::EventKind;
 #[cfg(feature = "publisher")]
-pub use log::{remove_log_sink, set_log_sink, Level};
+pub use logging::{remove_log_sink, set_log_sink, Level};
 pub use media::{Medium, MediumSet, ReplicaKind};
 #[cfg(feature = "publisher")]
 pub use publisher::{Publisher, RemoveAllScan};

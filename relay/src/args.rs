@@ -29,10 +29,10 @@ use std::time::Duration;
       --bucket kv-events")]
 pub(crate) struct Args {
     /// A publisher's endpoint; several for the candidate masters of an HA deployment
-    #[arg(required = true, value_name = "PUB_ENDPOINT", value_parser = NonEmptyStringValueParser::new())]
+    #[arg(required = true, value_name = "ENDPOINT", value_parser = NonEmptyStringValueParser::new())]
     pub(crate) endpoints: Vec<String>,
-    /// The replay socket of each PUB_ENDPOINT, in the same order (kv_events_replay_endpoint)
-    #[arg(long = "replay-endpoint", value_name = "EP", required = true,
+    /// The replay socket of each ENDPOINT, in the same order (kv_events_replay_endpoint)
+    #[arg(long = "replay-endpoint", value_name = "REPLAY_ENDPOINT", required = true,
           value_parser = NonEmptyStringValueParser::new())]
     pub(crate) replay_endpoints: Vec<String>,
     /// Subscribe to this topic (the master's kv_events_topic) or a prefix of it; default all
@@ -72,7 +72,7 @@ pub(crate) struct Args {
     /// Stop after SECS seconds
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     pub(crate) duration: Option<Duration>,
-    /// The publishers' public key file (NAME.pub): once for all, or once per PUB_ENDPOINT
+    /// The publishers' public key file (NAME.pub): once for all, or once per ENDPOINT
     #[arg(
         long = "curve-server-key",
         value_name = "FILE",
@@ -102,15 +102,15 @@ impl Args {
         let (endpoints, replays) = (self.endpoints.len(), self.replay_endpoints.len());
         if endpoints != replays {
             return Err(Error::Usage(format!(
-                "{endpoints} PUB_ENDPOINT(s) but {replays} --replay-endpoint(s): give each \
-                 PUB_ENDPOINT its replay endpoint"
+                "{endpoints} ENDPOINT(s) but {replays} --replay-endpoint(s): give each \
+                 ENDPOINT its replay endpoint"
             )));
         }
         let keys = self.curve_server_keys.len();
         if keys > 1 && keys != endpoints {
             return Err(Error::Usage(format!(
-                "{keys} --curve-server-key for {endpoints} PUB_ENDPOINTs: give one for all, \
-                 or one per PUB_ENDPOINT"
+                "{keys} --curve-server-key for {endpoints} ENDPOINTs: give one for all, \
+                 or one per ENDPOINT"
             )));
         }
         // Each name with the streams made of it: JetStream keeps a stream in a directory

@@ -18,7 +18,7 @@ mod worker;
 
 use crate::config::Config;
 use crate::error::CreateError;
-use crate::log::{log, Level};
+use crate::logging::{log, Level};
 use crate::media::MediumSet;
 use crate::recovery::replay::{Server, SourceSlot};
 use crate::recovery::snapshot::ObjectSource;

@@ -8,7 +8,7 @@ use super::{Enabled, Publisher};
 use crate::config::access::Access;
 use crate::config::{Config, Settings};
 use crate::error::CreateError;
-use crate::log::{log, Level};
+use crate::logging::{log, Level};
 use crate::recovery::replay::{self, Server, SourceSlot};
 use crate::transport::Sockets;
 use crate::wire::encode::Encoder;

@@ -13,7 +13,7 @@ use super::scan::ScanLog;
 use super::shared::Shared;
 use crate::error::CreateError;
 use crate::event::Event;
-use crate::log::{log, Level, RateLimited};
+use crate::logging::{log, Level, RateLimited};
 use crate::recovery::replay::Ring;
 use crate::stats::Counters;
 use crate::threads;

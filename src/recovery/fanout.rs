@@ -12,7 +12,7 @@
 
 use super::requester::{Reply, Requester};
 use super::snapshot::Piece;
-use crate::log::{log, Level};
+use crate::logging::{log, Level};
 use crate::stats::PeerCounters;
 use crate::transport::connections::Listeners;
 use crate::wire::replay::verb;

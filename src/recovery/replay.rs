@@ -18,7 +18,7 @@ use super::requester::{self, Reply, Requester, STALLED_FOR};
 use super::snapshot::{self, ObjectSource};
 use crate::config::Config;
 use crate::error::CreateError;
-use crate::log::{log, Level};
+use crate::logging::{log, Level};
 use crate::stats::PeerCounters;
 use crate::threads;
 use crate::transport::connections::Listeners;

@@ -12,7 +12,7 @@ use super::monitor::*;
 use crate::config::access::{canonical, Access};
 use crate::error::CreateError;
 use crate::keys::Key;
-use crate::log::{Level, RateLimited};
+use crate::logging::{Level, RateLimited};
 use crate::stats::PeerCounters;
 use crate::threads;
 use std::net::IpAddr;
@@ -201,7 +201,7 @@ impl Handler {
         self.serve();
         let unsaid = self.refusals.suppressed();
         if unsaid > 0 {
-            crate::log::log(
+            crate::logging::log(
                 Level::Warn,
                 &format!(
                     "{unsaid} more refused peers since the last report (the publisher's \
