@@ -348,15 +348,20 @@ def test_poll_lets_other_threads_run_while_it_waits(setup):
     thread = threading.Thread(target=count)
     thread.start()
     try:
-        s.follower.poll(0)  # nothing left to say
-        before = counted[0]
-        s.follower.poll(1.0)  # nothing arrives: it waits the whole second
-        during = counted[0] - before
+        # The thread's rate while this one sleeps (no GIL held), then while it polls.
+        before, started = counted[0], time.monotonic()
+        time.sleep(1.0)
+        asleep = (counted[0] - before) / (time.monotonic() - started)
+        # Polls of a quarter second (one may return early, on a notice) for a second.
+        before, started = counted[0], time.monotonic()
+        while time.monotonic() - started < 1.0:
+            s.follower.poll(0.25)
+        polling = (counted[0] - before) / (time.monotonic() - started)
     finally:
         stop.set()
         thread.join(10)
-    # Holding the GIL for the second would leave the thread a switch interval or two.
-    assert during > 10_000, during
+    # Polls that held the GIL would leave the thread a switch interval (5 ms) per poll.
+    assert polling > 0.25 * asleep, (polling, asleep)
 
 
 class Records(logging.Handler):
