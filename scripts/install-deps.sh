@@ -3,7 +3,9 @@
 # The Rust toolchain (cargo, rustc) is expected to be there already (rustup). The Python
 # package's tests run under Debian's pytest (python3-pytest), and scripts/lint.sh checks its
 # types with Debian's mypy: both from Debian, as its pyzmq and msgpack, for the one
-# interpreter they all run on (/usr/bin/python3).
+# interpreter they all run on (/usr/bin/python3). The package's native module (python/native)
+# builds with cargo and libzmq3-dev, and maturin, which scripts/python_package.sh installs
+# from PyPI into a venv of its own (pinned by python/pyproject.toml).
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config libzmq3-dev libgtest-dev valgrind shellcheck clang-format
   python3 python3-zmq python3-msgpack python3-prometheus-client python3-venv python3-pip

@@ -2,7 +2,7 @@
 """The Python follower against the Rust one, `kv-events mirror`, on the same demo stream.
 
     cargo build --release --locked --bin kv-events
-    /usr/bin/python3 scripts/python_follower_bench.py                     # about a minute
+    /usr/bin/python3 scripts/python_follower_bench.py        # about a minute
     /usr/bin/python3 scripts/python_follower_bench.py --objects 200000 --loops 3 --rounds 3
 
 1. The stream: `kv-events demo --objects N` publishes its workload (200,000 objects: about
@@ -14,7 +14,8 @@
    over, renumbered from 0 on: events are absolute, so the index ends the same) is sent at
    once into the follower's socket, far faster than either applies it. The follower is a
    process of its own: `kv-events mirror --every 0.1` (the Rust `Follower`), or this script's
-   `follow` command (the `mooncake_kv_events.Follower` of python/src, a status line every
+   `follow` command (the `mooncake_kv_events.Follower` of python/src, which drives the same
+   Rust follower through the package's native module, python/develop.py; a status line every
    0.1 s, as the mirror's summaries). Both say "in sync before sequence N"; the burst is
    applied when N is its last sequence + 1. Its time runs from the first message sent to
    then (the middle of the last 0.1 s interval), its CPU time is the process's
@@ -183,7 +184,7 @@ class Publisher:
 def follow(args: argparse.Namespace) -> None:
     """The `follow` command: the Python follower as the mirror runs, a line every 0.1 s."""
     sys.path.insert(0, str(ROOT / "python" / "src"))
-    from mooncake_kv_events import Follower, write_dump
+    from mooncake_kv_events import Follower
 
     stopped: list[int] = []
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))
@@ -199,7 +200,7 @@ def follow(args: argparse.Namespace) -> None:
                 file=sys.stderr,
                 flush=True,
             )
-        write_dump(args.dump, follower.objects())
+        follower.dump(args.dump)
 
 
 class Follower:
@@ -318,6 +319,8 @@ def main() -> None:
         return
     if not os.access(args.kv_events, os.X_OK):
         sys.exit(f"{args.kv_events}: build it: cargo build --release --locked --bin kv-events")
+    # The package's native module, built and linked into python/src for the `follow` children.
+    subprocess.run([sys.executable, str(ROOT / "python" / "develop.py")], check=True)
     with tempfile.TemporaryDirectory(prefix="python-follower-bench-") as directory:
         payloads, truth = record(args.kv_events, directory, args.objects)
     truth["events"] = sum(len(msgpack.unpackb(p)[1]) for p in payloads)

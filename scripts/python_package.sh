@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The Python package (python/) as a user gets it: built as an sdist and a wheel (the wheel from
-# the sdist), the wheel installed into a fresh venv, the package's socket tests run there
-# against the installed copy, then a follower from that venv follows `kv-events demo` (with a
-# replay endpoint) and must end with the demo's --dump-index. Run by scripts/test.sh; needs
-# python3-venv, python3-build, python3-zmq, python3-msgpack and python3-pytest
-# (scripts/install-deps.sh).
+# The Python package (python/) as a user gets it: an sdist (which carries the Rust sources of
+# its native module: python/native and the library it binds), a wheel built from that sdist
+# alone, the wheel installed into a fresh venv, the package's socket tests run there against
+# the installed copy, then a follower from that venv follows `kv-events demo` (with a replay
+# endpoint) and must end with the demo's --dump-index. Run by scripts/test.sh; needs cargo,
+# libzmq-dev, python3-venv, python3-zmq, python3-msgpack and python3-pytest
+# (scripts/install-deps.sh), and PyPI for maturin (pinned by python/pyproject.toml).
 # KV_EVENTS: the kv-events binary to run (default: target/debug/kv-events, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,39 +19,54 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Built from a copy, so that the tree gets no build/ or egg-info; with the system's setuptools
-# (--no-isolation), so that building needs no network.
-cp -r python "$work/source"
-rm -rf "$work/source/build" "$work/source/src/"*.egg-info
-"$python" -m build --no-isolation --outdir "$work/dist" "$work/source" >"$work/build.log" 2>&1 \
+# The build backend, as pyproject.toml pins it, in a venv of its own.
+maturin=$(sed -n 's/^requires = \["\(maturin==[0-9.]*\)"\]$/\1/p' python/pyproject.toml)
+[ -n "$maturin" ] || { echo "python/pyproject.toml pins no maturin" >&2; exit 1; }
+"$python" -m venv "$work/build"
+"$work/build/bin/python" -m pip install --quiet "$maturin"
+export PATH="$work/build/bin:$PATH"
+# The sdist from the checkout, then the wheel from the sdist alone (pip unpacks it elsewhere):
+# what an sdist lacks, the wheel's build says. Its cargo target directory is one of its own
+# under target/, kept between runs: the crates of crates.io are built once, the sdist's own
+# (unpacked elsewhere each time) again.
+(cd python && maturin sdist --out "$work/dist") >"$work/build.log" 2>&1 \
   || { cat "$work/build.log" >&2; exit 1; }
 sdist=$(echo "$work"/dist/mooncake[-_]kv[-_]events-*.tar.gz)
-wheel=$(echo "$work"/dist/mooncake_kv_events-*-py3-none-any.whl)
+CARGO_TARGET_DIR="$root/target/python-package" "$work/build/bin/python" -m pip wheel --quiet --no-deps \
+  --no-build-isolation --wheel-dir "$work/dist" "$sdist" >>"$work/build.log" 2>&1 \
+  || { cat "$work/build.log" >&2; exit 1; }
+wheel=$(echo "$work"/dist/mooncake_kv_events-*-cp39-abi3-*.whl)
 if ! [ -f "$sdist" ] || ! [ -f "$wheel" ]; then
   ls -l "$work/dist" >&2
   exit 1
 fi
-echo "python package: built $(basename "$sdist") and $(basename "$wheel")"
+echo "python package: built $(basename "$sdist") and, from it, $(basename "$wheel")"
 in_sdist=$(tar -tzf "$sdist")
 in_wheel=$("$python" -m zipfile -l "$wheel")
-for file in py.typed __init__.py __main__.py _version.py _errors.py _wire.py _index.py _state.py \
-  _links.py _follower.py cli.py; do
+for file in py.typed __init__.py __main__.py _version.py _errors.py _wire.py _follower.py \
+  _native.pyi cli.py; do
   grep -q "/src/mooncake_kv_events/$file\$" <<<"$in_sdist" \
     || { echo "the sdist lacks $file: $in_sdist" >&2; exit 1; }
   grep -q "^mooncake_kv_events/$file " <<<"$in_wheel" \
     || { echo "the wheel lacks $file: $in_wheel" >&2; exit 1; }
 done
+for file in python/native/src/lib.rs src/subscriber/follow/mod.rs Cargo.lock; do
+  grep -q "^mooncake_kv_events-[^/]*/$file\$" <<<"$in_sdist" \
+    || { echo "the sdist lacks $file: $in_sdist" >&2; exit 1; }
+done
+grep -q "^mooncake_kv_events/_native.abi3.so " <<<"$in_wheel" \
+  || { echo "the wheel lacks the native module: $in_wheel" >&2; exit 1; }
 
-# A fresh venv that sees Debian's pyzmq and msgpack, and nothing of this checkout: the wheel
-# is installed from the file, no index.
+# A fresh venv that sees Debian's msgpack (and pyzmq and pytest, for the tests), and nothing
+# of this checkout: the wheel is installed from the file, no index.
 "$python" -m venv --system-site-packages "$work/venv"
 venv_python="$work/venv/bin/python"
 "$venv_python" -m pip install --quiet --no-index "$wheel"
 # Its dependencies are declared; its command is there.
 shown=$("$venv_python" -m pip show mooncake-kv-events)
-grep -qx "Requires: msgpack, pyzmq" <<<"$shown" || { echo "$shown" >&2; exit 1; }
+grep -qx "Requires: msgpack" <<<"$shown" || { echo "$shown" >&2; exit 1; }
 help=$("$work/venv/bin/mooncake-kv-indexer" --help)
-grep -q "PUB_ENDPOINT" <<<"$help" || { echo "mooncake-kv-indexer --help: $help" >&2; exit 1; }
+grep -q "ENDPOINT,REPLAY_ENDPOINT" <<<"$help" || { echo "mooncake-kv-indexer --help: $help" >&2; exit 1; }
 (cd "$work" && "$venv_python" -c "import mooncake_kv_events, sys; print('python package: installed', mooncake_kv_events.__version__, 'at', mooncake_kv_events.__file__, 'for Python', sys.version.split()[0])")
 # Its one version is Cargo.toml's workspace version, in the wheel's name and its metadata.
 cargo_version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version = "\(.*\)"/\1/p' Cargo.toml)

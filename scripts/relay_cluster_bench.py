@@ -73,16 +73,47 @@ def run(args, replicas: int):
         relay_log = open(dir / "relay.log", "w")
         relay_started = time.monotonic()
         relay = subprocess.Popen(
-            [RELEASE / "kv-events-relay", ep, "--replay-endpoint", rep, "--nats", url,
-             "--every", "0.1", "--snapshot-every", "10", "--replicas", str(replicas)],
-            stdout=subprocess.DEVNULL, stderr=relay_log)
+            [
+                RELEASE / "kv-events-relay",
+                ep,
+                "--replay-endpoint",
+                rep,
+                "--nats",
+                url,
+                "--every",
+                "0.1",
+                "--snapshot-every",
+                "10",
+                "--replicas",
+                str(replicas),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=relay_log,
+        )
         procs.append(relay)
         rate = ["--rate", str(args.rate)] if args.rate else []
         demo = subprocess.Popen(
-            [RELEASE / "kv-events", "demo", "--endpoint", ep, "--replay-endpoint", rep,
-             "--objects", str(args.objects), *rate, "--linger", "60", "--wait", "10",
-             "--show", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            [
+                RELEASE / "kv-events",
+                "demo",
+                "--endpoint",
+                ep,
+                "--replay-endpoint",
+                rep,
+                "--objects",
+                str(args.objects),
+                *rate,
+                "--linger",
+                "60",
+                "--wait",
+                "10",
+                "--show",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         procs.append(demo)
         for line in demo.stdout:
             if line.startswith("The workload starts"):
@@ -101,24 +132,52 @@ def run(args, replicas: int):
         snap = snaps[-1]
         written = final
         reader = subprocess.run(
-            ["/usr/bin/python3", "-B", ROOT / "examples/relay/reader.py", "--nats", url,
-             "--backend", "demo-store", "--duration", "0.5", "--dump", dir / "reader.jsonl"],
-            capture_output=True, text=True)
+            [
+                "/usr/bin/python3",
+                "-B",
+                ROOT / "examples/relay/reader.py",
+                "--nats",
+                url,
+                "--backend",
+                "demo-store",
+                "--duration",
+                "0.5",
+                "--dump",
+                dir / "reader.jsonl",
+            ],
+            capture_output=True,
+            text=True,
+        )
         boot = re.search(r"bootstrapped (\d+) objects in ([\d.]+) s", reader.stderr)
         mirror = subprocess.run(
-            [RELEASE / "kv-events", "mirror", ep, "--replay-endpoint", rep, "--duration",
-             "2", "--every", "100", "--dump", dir / "mirror.jsonl"],
-            capture_output=True, text=True)
+            [
+                RELEASE / "kv-events",
+                "mirror",
+                ep,
+                "--replay-endpoint",
+                rep,
+                "--duration",
+                "2",
+                "--every",
+                "100",
+                "--dump",
+                dir / "mirror.jsonl",
+            ],
+            capture_output=True,
+            text=True,
+        )
         synced = re.search(r"in sync after ([\d.]+ m?s)", mirror.stderr)
-        print(f"R{replicas}: {args.objects} objects at {args.rate} calls/s: workload "
-              f"{done - started:.1f} s, {written} events written "
-              f"({written / (done - started + (in_sync or 0)):.0f} events/s to in sync); "
-              f"log in sync {in_sync:.2f} s after the workload; last snapshot "
-              f"{snap.group(2)} objects, {int(snap.group(3)) / 1e6:.1f} MB, {snap.group(4)} ms "
-              f"(the largest {biggest.group(2)} objects, {int(biggest.group(3)) / 1e6:.1f} MB, "
-              f"{biggest.group(4)} ms); "
-              f"reader: {boot.group(0) if boot else reader.stderr.strip()[-300:]}; mirror: "
-              f"{synced.group(0) if synced else mirror.stderr.strip()[-300:]}")
+        print(
+            f"R{replicas}: {args.objects} objects at {args.rate} calls/s: workload "
+            f"{done - started:.1f} s, {written} events written "
+            f"({written / (done - started + (in_sync or 0)):.0f} events/s to in sync); "
+            f"log in sync {in_sync:.2f} s after the workload; last snapshot "
+            f"{snap.group(2)} objects, {int(snap.group(3)) / 1e6:.1f} MB, {snap.group(4)} ms "
+            f"(the largest {biggest.group(2)} objects, {int(biggest.group(3)) / 1e6:.1f} MB, "
+            f"{biggest.group(4)} ms); "
+            f"reader: {boot.group(0) if boot else reader.stderr.strip()[-300:]}; mirror: "
+            f"{synced.group(0) if synced else mirror.stderr.strip()[-300:]}"
+        )
         sys.stdout.flush()
     finally:
         for p in procs + servers:
@@ -127,7 +186,9 @@ def run(args, replicas: int):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--objects", type=int, default=300_000)
     p.add_argument("--rate", type=float, help="the demo's calls/s (default: flat out)")
     p.add_argument("--dir", default="/tmp/relay-cluster-bench")

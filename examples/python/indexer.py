@@ -5,9 +5,10 @@
     /usr/bin/python3 examples/python/indexer.py \\
         --publisher tcp://master-0:5557,tcp://master-0:5558 --dump index.jsonl
 
-It imports the package from this checkout's python/src (Debian's python3-zmq and
-python3-msgpack, which scripts/install-deps.sh installs, are all it needs), or, outside a
-checkout, the installed one (`pip install ./python`). `--help` says the rest; the program
+It imports the package from this checkout's python/src, once `python3 python/develop.py` has
+built its native module (the Rust follower) and linked it there (Debian's python3-msgpack,
+which scripts/install-deps.sh installs, is all else it needs), or, outside a checkout, the
+installed one (`pip install ./python`). `--help` says the rest; the program
 and its options are documented in docs/subscribers.md ("A complete indexer").
 """
 

@@ -40,6 +40,11 @@ def expected_index(path):
     return objects, expected["next_sequence"]
 
 
+def snapshot_events(notices):
+    """The events of the snapshots taken so far, as their notices say."""
+    return sum(n.numbers["events"] for n in notices if n.kind == "snapshot")
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -57,8 +62,8 @@ def main():
         "waits in the socket, and is then applied as fast as it can be",
     )
     args = p.parse_args()
-    recoveries = []
-    follower = Follower([(args.pub, args.replay)], on_recovery=recoveries.append)
+    notices = []
+    follower = Follower([(args.pub, args.replay)], on_notice=notices.append)
     started = time.monotonic()
     first = last = None  # when events were first and last seen applied
     applied = base = 0
@@ -69,7 +74,7 @@ def main():
             if now - started > args.timeout:
                 sys.exit(
                     f"follow_demo: not in sync with the demo after {args.timeout:.0f} s: "
-                    f"{follower.stats()}, recoveries {recoveries}"
+                    f"{follower.stats()}, notices {notices}"
                 )
             before = time.monotonic()
             follower.poll(0.1)
@@ -78,10 +83,10 @@ def main():
                 args.pause = 0.0
                 # What came before the pause is not timed.
                 counters = follower.counters()
-                first, base = None, counters.events + counters.snapshot_events
+                first, base = None, counters.events + snapshot_events(notices)
                 continue
             counters = follower.counters()
-            events = counters.events + counters.snapshot_events
+            events = counters.events + snapshot_events(notices)
             if events != applied:
                 first = first or before
                 last, applied = time.monotonic(), events
@@ -99,17 +104,17 @@ def main():
         [stats] = follower.stats()
     finally:
         follower.close()
-    kinds = [str(r.kind) for r in recoveries]
+    kinds = [str(n.kind) for n in notices]
     busy = (last - first) if first is not None and last > first else 0.0
-    snapshot = next((r for r in recoveries if r.kind == "snapshot"), None)
-    joined = next((r.seconds for r in recoveries if r.kind == "in_sync"), None)
-    timed = stats["events"] + stats["snapshot_events"] - base
+    snapshot = next((n for n in notices if n.kind == "snapshot"), None)
+    joined = next((n.took for n in notices if n.kind == "in_sync"), None)
+    timed = stats["events"] + snapshot_events(notices) - base
     print(
         f"follow_demo: {len(objects)} objects, next sequence {stats['next_sequence']}, "
-        f"{stats['events']} events and {stats['snapshot_events']} snapshot events applied, "
+        f"{stats['events']} events and {snapshot_events(notices)} snapshot events applied, "
         f"{timed} of them in {busy:.2f} s ({timed / max(busy, 1e-9):,.0f} events/s);"
         f" in sync {joined if joined is None else round(joined, 2)} s after the "
-        f"start{'' if snapshot is None else ', by a snapshot'}; recoveries {kinds}; gaps "
+        f"start{'' if snapshot is None else ', by a snapshot'}; notices {kinds}; gaps "
         f"{stats['gaps']}, replays {stats['replays']}, malformed {stats['malformed']}"
     )
     if objects != expected[0] or stats["next_sequence"] != expected[1]:

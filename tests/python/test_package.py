@@ -1,7 +1,7 @@
 """Tests of the `mooncake_kv_events` package as a package: its one version (Cargo.toml's
 workspace version), its public surface (`__all__`, every name documented, the inside in
-modules named `_...`), and no `assert` guarding anything, so that `python -O` changes
-nothing: the state machine runs a join, a gap and a restart the same under -O."""
+modules named `_...`, the native module typed by its stub), and no `assert` guarding
+anything, so that `python -O` changes nothing: input is refused the same under -O."""
 
 import ast
 import inspect
@@ -32,16 +32,18 @@ def test_the_version_is_cargos_workspace_version():
         "python/src/mooncake_kv_events/_version.py and Cargo.toml's [workspace.package] "
         "version differ: write Cargo.toml's there"
     )
-    # pyproject.toml reads it from there, and from nowhere else.
-    pyproject = (conftest.SOURCE.parent / "pyproject.toml").read_text()
-    assert 'version = { attr = "mooncake_kv_events._version.__version__" }' in pyproject
+    # maturin takes the wheel's version from the native crate, which takes the workspace's.
+    pyproject = (ROOT / "python" / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in pyproject
+    native = (ROOT / "python" / "native" / "Cargo.toml").read_text()
+    assert "version.workspace = true" in native
 
 
 def test_the_public_surface_is_all_and_documented():
     public = set(mooncake_kv_events.__all__)
-    assert {"Follower", "AsyncFollower", "Event", "Recovery", "Status", "Counters"} <= public
-    assert not public & {"FollowerState", "COUNTERS", "Index", "Link", "PublisherState"}
+    assert {"Follower", "AsyncFollower", "Event", "Notice", "NoticeKind", "Status"} <= public
+    assert {"Upstream", "FollowerCounters"} <= public
+    assert not public & {"NativeFollower", "PublisherSpec", "Recovery", "Counters"}
     for name in public:
         value = getattr(mooncake_kv_events, name)
         if inspect.isclass(value) or inspect.isfunction(value):
@@ -59,19 +61,20 @@ def test_the_public_surface_is_all_and_documented():
 
 
 TYPED = """
-from mooncake_kv_events import Follower, PublisherSpec
+from mooncake_kv_events import Follower, Upstream
 
 pairs: list[tuple[str, str]] = [("tcp://a:1", "tcp://a:2")]
 Follower(pairs)
-Follower([("tcp://a:1", "tcp://a:2"), ("tcp://b:1", None)])
-Follower(["tcp://a:1", "tcp://b:1"])
-both: list[PublisherSpec] = ["tcp://a:1", ("tcp://b:1", "tcp://b:2")]
+Follower([("tcp://a:1", "tcp://a:2"), ("tcp://b:1", "tcp://b:2")])
+both: list[Upstream] = [Upstream("tcp://a:1", "tcp://a:2"), Upstream("tcp://b:1", "tcp://b:2")]
 Follower(both)
-Follower("tcp://a:1")  # line 10: one str is not a list of publishers
+notices = Follower(pairs).poll(0.1)
+kinds: list[str] = [n.kind for n in notices]
+Follower("tcp://a:1")  # line 11: one str is not a list of upstreams
 """
 
 
-def test_mypy_refuses_one_str_for_the_publishers(tmp_path):
+def test_mypy_refuses_one_str_for_the_upstreams(tmp_path):
     pytest.importorskip("mypy")
     (tmp_path / "typed.py").write_text(TYPED)
     run = subprocess.run(
@@ -85,7 +88,7 @@ def test_mypy_refuses_one_str_for_the_publishers(tmp_path):
         | ({} if conftest.INSTALLED else {"MYPYPATH": str(PACKAGE.parent)}),
     )
     errors = [line for line in run.stdout.splitlines() if ": error:" in line]
-    assert len(errors) == 1 and errors[0].startswith("typed.py:10: error:"), run.stdout
+    assert len(errors) == 1 and errors[0].startswith("typed.py:11: error:"), run.stdout
     assert '"str"' in errors[0], errors[0]
 
 
@@ -97,41 +100,18 @@ def test_no_assert_guards_anything_in_the_package():
 
 
 SCENARIO = """
-import msgpack
-from mooncake_kv_events._state import FollowerState, Phase
-
-def packed(*keys):
-    return msgpack.packb([0, [{"event_type": "stored", "backend_id": "b", "tenant_id": "t",
-                               "object_key": k, "medium": "cpu"} for k in keys], 0])
-
-def info(incarnation, next_sequence):
-    return [b"", b"info", msgpack.packb({"incarnation": incarnation, "next_sequence":
-            next_sequence, "oldest_sequence": 0, "snapshots": True})]
-
-def end(next_sequence, events, incarnation):
-    return [b"", b"snapshot-end", msgpack.packb({"next_sequence": next_sequence,
-            "events": events, "incarnation": incarnation})]
-
-f = FollowerState("p", True, 0.0, note=lambda _: None)
-f.start(0.0)
-f.on_reply(info(7, 2), 0.0)
-f.on_reply([b"", b"snapshot", packed("a", "b")], 0.0)
-f.on_reply(end(2, 2, 7), 0.0)
-f.on_stream([b"", (3).to_bytes(8, "big"), packed("d")], 0.0)   # 2 missing
-f.on_reply(info(7, 4), 0.0)
-f.on_reply([b"", b"", (2).to_bytes(8, "big"), packed("c")], 0.0)
-f.on_reply([b"", b"", (-1).to_bytes(8, "big", signed=True), b""], 0.0)
-f.on_stream([b"", (0).to_bytes(8, "big"), packed("new")], 0.0)   # a restart
-f.on_reply(info(8, 1), 0.0)
-f.on_reply([b"", b"snapshot", packed("new")], 0.0)
-f.on_reply(end(1, 1, 8), 0.0)
-c = f.counters
-print(f.phase is Phase.LIVE, f.complete, f.next, c.gaps, c.replays, c.snapshots, c.incarnations,
-      [key for _, _, key, _ in f.index.entries()], f.outbox.count([b"", b"info"]))
+from mooncake_kv_events import Follower
+for wrong in ("tcp://a:1", [("tcp://a:1",)], [("tcp://a:1", "tcp://a:1")]):
+    try:
+        Follower(wrong)
+    except (TypeError, ValueError) as e:
+        print(type(e).__name__, e)
+with Follower([("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")]) as follower:
+    print(follower.poll(0), follower.count())
 """
 
 
-def test_the_state_machine_is_the_same_under_python_dash_o():
+def test_input_is_refused_the_same_under_python_dash_o():
     outputs = []
     for flags in ([], ["-O"], ["-OO"]):
         run = subprocess.run(
@@ -142,7 +122,9 @@ def test_the_state_machine_is_the_same_under_python_dash_o():
         )
         assert run.returncode == 0, run.stderr
         outputs.append(run.stdout)
-    assert outputs[0] == "True True 1 1 1 2 1 [b'new'] 3\n", outputs[0]
+    lines = outputs[0].splitlines()
+    assert len(lines) == 4 and lines[-1] == "[] 0", outputs[0]
+    assert [line.split()[0] for line in lines[:3]] == ["TypeError", "ValueError", "ValueError"]
     assert outputs[0] == outputs[1] == outputs[2], outputs
 
 

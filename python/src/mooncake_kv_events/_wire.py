@@ -1,6 +1,7 @@
-"""Decoding the wire format (docs/spec.md, sections 5 and 11): stream messages, their msgpack
-payloads and events, and the replay socket's replies. Anything that is not the format raises
-`ProtocolError`, which a follower counts and skips.
+"""Decoding a stream message's payload into `Event`s (docs/spec.md, section 5), for
+`on_event`: the native follower applies every message itself and hands the payloads of those
+it applied to Python only when a callback wants their events. Anything that is not the format
+raises `ProtocolError`.
 
 Payloads are decoded with `raw=True` and `use_list=False`: every msgpack str and bin arrives
 as bytes (tenants, keys and groups are the master's bytes either way, and nothing is decoded
@@ -10,33 +11,13 @@ msgpack-python builds. Event maps therefore have bytes keys (`b"object_key"`).""
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgpack
 
 from ._errors import ProtocolError
 
-__all__ = [
-    "END_OF_REPLAY",
-    "MAX_TOPIC_BYTES",
-    "Event",
-    "EventKind",
-    "Info",
-    "decode_batch",
-    "decode_info",
-    "decode_map",
-    "decode_message",
-    "event_of",
-    "number",
-    "rendered",
-    "text",
-]
-
-# The sequence frame that ends a replay: -1 as 8 signed big-endian bytes.
-END_OF_REPLAY = (-1).to_bytes(8, "big", signed=True)
-# The longest topic frame a publisher sends (kv_events_topic).
-MAX_TOPIC_BYTES = 255
+__all__ = ["Event", "EventKind", "decode_batch", "event_of", "events_of"]
 
 
 class EventKind(str, enum.Enum):
@@ -101,19 +82,6 @@ class Event(NamedTuple):
     """`stored` only; None from a Mooncake master."""
 
 
-class Info(NamedTuple):
-    """What an `info` reply says of the publisher."""
-
-    incarnation: int
-    next_sequence: int
-    """The sequence its next message takes: every number below it was taken, by a message or
-    by events it dropped; 0 before any (the first message is 0)."""
-    oldest_sequence: int
-    """The oldest sequence a replay can send now; `next_sequence` when it holds none."""
-    snapshots: bool
-    backend_id: Any
-
-
 def unpack(payload: bytes, what: str) -> Any:
     """The msgpack value of a payload; ProtocolError when it is not exactly one."""
     # strict_map_key=False: a map key that is not a string stays apart, and only the event
@@ -131,19 +99,6 @@ def decode_batch(payload: bytes) -> tuple[Any, ...]:
         raise ProtocolError("the payload is not [timestamp_ms, [events], dp_rank]")
     events: tuple[Any, ...] = batch[1]
     return events
-
-
-def decode_message(frames: Sequence[bytes]) -> tuple[int, tuple[Any, ...]]:
-    """(sequence, events) of a stream message: frames topic, sequence, payload. A heartbeat
-    has no event."""
-    if len(frames) != 3:
-        raise ProtocolError(f"{len(frames)} frames, expected 3")
-    topic, sequence, payload = frames
-    if len(topic) > MAX_TOPIC_BYTES:
-        raise ProtocolError(f"a topic of {len(topic)} bytes, expected at most {MAX_TOPIC_BYTES}")
-    if len(sequence) != 8:
-        raise ProtocolError(f"a sequence of {len(sequence)} bytes, expected 8")
-    return int.from_bytes(sequence, "big"), decode_batch(payload)
 
 
 def text(value: object, what: str) -> str:
@@ -173,8 +128,8 @@ def _text_or_none(value: object) -> str | None:
 
 
 def event_of(raw: object) -> Event:
-    """The Event of one event map; ProtocolError, saying why, when an index cannot take it.
-    The index's own path (`Index.apply_events`) takes and refuses exactly the same events."""
+    """The Event of one event map; ProtocolError, saying why, when an index cannot take it
+    (as the native index refuses it: `events_of` passes on the events it applied)."""
     if type(raw) is not dict:
         raise ProtocolError("an event is not a map")
     kind_field = raw.get(b"event_type")
@@ -218,43 +173,13 @@ def event_of(raw: object) -> Event:
     )
 
 
-def decode_map(body: bytes, what: str) -> dict[str, Any]:
-    """The msgpack map of a reply's body, its keys as text; ProtocolError when it is not
-    one."""
-    value = unpack(body, what)
-    if type(value) is not dict:
-        raise ProtocolError(f"{what} is not a map")
-    fields: dict[str, Any] = {}
-    for key, field in value.items():
-        if type(key) is bytes:
-            fields[key.decode("utf-8", "replace")] = field
-    return fields
-
-
-def number(fields: dict[str, Any], name: str, what: str) -> int:
-    """The unsigned integer `fields[name]`; ProtocolError when there is none."""
-    value = fields.get(name)
-    if type(value) is not int or value < 0:
-        raise ProtocolError(f"{what} has no {name}")
-    return value
-
-
-def decode_info(body: bytes) -> Info:
-    """The body of an `info` reply."""
-    info = decode_map(body, "an info reply")
-    backend = info.get("backend_id")
-    return Info(
-        incarnation=number(info, "incarnation", "an info reply"),
-        next_sequence=number(info, "next_sequence", "an info reply"),
-        oldest_sequence=number(info, "oldest_sequence", "an info reply"),
-        snapshots=info.get("snapshots") is True,
-        backend_id=backend.decode("utf-8", "replace") if type(backend) is bytes else backend,
-    )
-
-
-def rendered(value: bytes) -> str | dict[str, str]:
-    """A tenant or key for JSON: the text when it is UTF-8, else {"hex": its bytes}."""
-    try:
-        return value.decode("utf-8")
-    except UnicodeDecodeError:
-        return {"hex": value.hex()}
+def events_of(payload: bytes) -> list[Event]:
+    """The events of an applied message's payload that an index takes, in order (the native
+    follower skipped and counted the others: `FollowerCounters.skipped_events`)."""
+    events = []
+    for raw in decode_batch(payload):
+        try:
+            events.append(event_of(raw))
+        except ProtocolError:
+            continue
+    return events

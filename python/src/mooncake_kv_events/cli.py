@@ -1,17 +1,11 @@
 """A self-healing indexer for the Mooncake KV event stream.
 
-It keeps, per publisher, the media each object (backend_id, tenant_id, object_key) is
-readable on, and keeps it right through loss. For each publisher it subscribes to the PUB
-socket first, then asks the replay socket for a snapshot, holding the live messages back
-meanwhile; it installs the snapshot, drops the held messages it already covers and applies
-the rest in order. A gap in the sequence is filled by a replay while the publisher still
-holds the range, and by a new snapshot when it does not; a new incarnation, or a sequence
-going back, is a restart, answered by a snapshot. A publisher without snapshots is rebuilt
-by a replay from sequence 0, its first message, while it holds it, and otherwise followed
-from the stream with its index marked incomplete. Without a replay endpoint it does what it
-can alone: on a gap it forgets that publisher's index and rebuilds it from the stream
-(incomplete).
-Malformed messages are counted and skipped, never fatal.
+It keeps, per upstream (a publisher: its PUB socket and its replay socket), the media each
+object (tenant, key) is readable on, and keeps it right through loss: it joins by a snapshot,
+fills a gap by a replay while the publisher still holds it and by a snapshot when it does not,
+and answers a restart by a snapshot. It is the library's Rust follower (the same state machine
+as `kv-events mirror`), driven from Python. Malformed messages are counted and skipped, never
+fatal.
 
     pip install ./python                        # the mooncake-kv-indexer command
     mooncake-kv-indexer \\
@@ -21,13 +15,13 @@ Malformed messages are counted and skipped, never fatal.
 (`python3 -m mooncake_kv_events` and `examples/python/indexer.py` are the same program.)
 A master that publishes with CURVE (docs/security.md) wants the master's public key and a key
 pair of this indexer's, both as `kv-events keygen` writes them (one server key for every
-publisher given):
+upstream given):
 
     mooncake-kv-indexer --publisher tcp://master-0:5557,tcp://master-0:5558 \\
         --curve-server-key master-0.pub --curve-secret-key indexer-a.key
 
 A publisher that refuses the indexer makes it exit 1 with the reason instead of waiting;
-so does --idle-timeout when no publisher was ever reached (after writing --dump and --stats).
+so does --idle-timeout when no upstream was ever heard from (after writing --dump and --stats).
 Ctrl-C or SIGTERM stops it cleanly: it writes --dump and --stats, prints its counters and
 exits 0.
 
@@ -35,7 +29,7 @@ The dump is JSON lines, one per object, in byte order of tenant then key, as
 `kv-events mirror` writes them:
     {"key":"prefix/0001","media":["cpu","disk"],"tenant":"default"}
 Tenants and keys are the master's bytes: a JSON string when they are UTF-8, else
-{"hex": "<their bytes in hex>"}. With several publishers it holds the index of the one in
+{"hex": "<their bytes in hex>"}. With several upstreams it holds the index of the one in
 sync heard from last (the leader of an HA deployment), or with --union all of them merged.
 """
 
@@ -48,43 +42,33 @@ import sys
 from collections.abc import Sequence
 from types import FrameType
 
-from ._errors import Refused, Unreachable
-from ._follower import Follower
-from ._index import write_dump
-from ._links import CurveKeys, endpoint, load_curve_keys
+from ._errors import KvEventsError, Refused, Unreachable
+from ._follower import Follower, Upstream
 
-__all__ = ["main", "parse_publisher"]
+__all__ = ["main", "parse_upstream"]
 
 
-def parse_publisher(text: str) -> tuple[str, str | None]:
-    """PUB_ENDPOINT[,REPLAY_ENDPOINT] as (PUB endpoint, replay endpoint or None)."""
+def parse_upstream(text: str) -> tuple[str, str]:
+    """ENDPOINT,REPLAY_ENDPOINT as (endpoint, replay endpoint), checked."""
     parts = text.split(",")
-    if len(parts) > 2 or not all(parts):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected PUB_ENDPOINT[,REPLAY_ENDPOINT]")
+    if len(parts) != 2 or not all(parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ENDPOINT,REPLAY_ENDPOINT")
     try:
-        stream = endpoint(parts[0], "the PUB endpoint")
-        replay = endpoint(parts[1], "the replay endpoint") if len(parts) == 2 else None
+        Upstream(parts[0], parts[1])
     except (TypeError, ValueError) as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return stream, replay
-
-
-def read_curve_keys(args: argparse.Namespace) -> CurveKeys:
-    try:
-        return load_curve_keys(args.curve_server_key, args.curve_secret_key)
-    except (OSError, ValueError) as e:
-        sys.exit(f"indexer: cannot read a key file: {e}")
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+    return parts[0], parts[1]
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("endpoint", nargs="*", type=parse_publisher, help="the same as --publisher")
+    p.add_argument("endpoint", nargs="*", type=parse_upstream, help="the same as --publisher")
     p.add_argument(
         "--publisher",
         action="append",
         default=[],
-        type=parse_publisher,
-        metavar="PUB_ENDPOINT[,REPLAY_ENDPOINT]",
+        type=parse_upstream,
+        metavar="ENDPOINT,REPLAY_ENDPOINT",
         help="a publisher to follow: its PUB socket and its replay socket "
         "(kv_events_replay_endpoint); repeat it for several",
     )
@@ -92,17 +76,17 @@ def parser() -> argparse.ArgumentParser:
         "--idle-timeout",
         type=float,
         default=None,
-        help="exit after this many seconds without a message (status 1 if no publisher "
-        "was ever reached)",
+        help="exit after this many seconds without a message (status 1 if no upstream "
+        "was ever heard from)",
     )
     p.add_argument(
         "--dump",
         metavar="PATH",
-        help="write the final index here, as JSON lines: that of the publisher "
+        help="write the final index here, as JSON lines: that of the upstream "
         "in sync heard from last",
     )
     p.add_argument(
-        "--union", action="store_true", help="dump every publisher's index merged instead"
+        "--union", action="store_true", help="dump every upstream's index merged instead"
     )
     p.add_argument("--stats", metavar="PATH", help="write the final counters here, as JSON")
     p.add_argument(
@@ -133,19 +117,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     --dump and --stats and prints each publisher's counters."""
     p = parser()
     args = p.parse_args(argv)
-    publishers = args.endpoint + args.publisher
-    if not publishers:
-        p.error("give at least one publisher")
+    pairs = args.endpoint + args.publisher
+    if not pairs:
+        p.error("give at least one upstream")
     if (args.curve_server_key is None) != (args.curve_secret_key is None):
         p.error("--curve-server-key and --curve-secret-key go together")
-    curve_keys = read_curve_keys(args) if args.curve_server_key is not None else None
-
     try:
-        follower = Follower(publishers, topic=args.topic.encode(), curve_keys=curve_keys, note=note)
+        upstreams = [Upstream(stream, replay, args.topic) for stream, replay in pairs]
+        follower = Follower(
+            upstreams,
+            curve_server_key=args.curve_server_key,
+            curve_secret_key=args.curve_secret_key,
+            note=note,
+        )
     except (TypeError, ValueError) as e:
         p.error(str(e))
-    for stream, replay in publishers:
-        note(f"subscribed to {stream}" + (f", replay socket {replay}" if replay else ""))
+    except KvEventsError as e:
+        sys.exit(f"indexer: {e}")
+    for upstream in upstreams:
+        note(f"subscribed to {upstream.endpoint}, replay socket {upstream.replay_endpoint}")
     stopped: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -159,27 +149,32 @@ def main(argv: Sequence[str] | None = None) -> None:
         follower.run(idle_timeout=args.idle_timeout)
     except Refused as why:
         follower.close()
-        sys.exit(f"indexer: {why.publisher}: the publisher refused this indexer: {why.reason}")
+        sys.exit(f"indexer: {why.upstream}: the publisher refused this indexer: {why.reason}")
     except Unreachable as why:
         unreachable = why
     if stopped:
         note(f"stopped by signal {stopped[0]}")
     chosen = None if args.union else follower.freshest()
-    objects = follower.objects(chosen, union=chosen is None)
     if args.dump:
-        count = write_dump(args.dump, objects)
+        count = follower.dump(args.dump, chosen, union=args.union)
     else:
-        count = sum(1 for _ in objects)
+        count = follower.count(chosen, union=args.union)
     if args.stats:
         with open(args.stats, "w") as out:
             json.dump(
-                {"dumped": "union" if chosen is None else chosen, "publishers": follower.stats()},
+                {
+                    "dumped": "union" if args.union else chosen or follower.upstreams[0].endpoint,
+                    "upstreams": follower.stats(),
+                },
                 out,
                 indent=1,
             )
     for summary in follower.summaries():
         print(summary)
-    whose = "the union of the publishers' indexes" if chosen is None else f"the index of {chosen}"
+    if args.union:
+        whose = "the union of the upstreams' indexes"
+    else:
+        whose = f"the index of {chosen or follower.upstreams[0].endpoint}"
     print(f"{count} objects indexed: {whose}", flush=True)
     follower.close()
     if unreachable is not None:
