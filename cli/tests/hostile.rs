@@ -279,8 +279,11 @@ fn a_subscription_flood_is_refused_and_leaves_memory_where_it_was() {
     assert_descriptors_given_back(&report);
     let out = assert_the_watcher_saw_everything(demo);
     assert!(stat(&out, "subscriptions_refused") >= joined, "{out}");
-    // The watcher, and each peer that joined, once.
-    assert_eq!(stat(&out, "subscriber_connects"), 1 + joined, "{out}");
+    // The watcher, and each peer that joined, once. Under load a peer may be cut before it
+    // sees its own handshake complete (not `joined` for the script, yet counted by the
+    // publisher): between the joined and all 60, never more.
+    let connects = stat(&out, "subscriber_connects");
+    assert!((1 + joined..=1 + 60).contains(&connects), "{out}");
 }
 
 #[test]
