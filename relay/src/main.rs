@@ -153,6 +153,9 @@ fn run(args: &args::Args) -> Result<(), Error> {
         rcvhwm: RCVHWM,
         track_changes: true,
         keep_applied: true,
+        // What the relay holds of its own beside it is bounded as much (MAX_PENDING_BYTES):
+        // a gigabyte of live messages held during a recovery is more than it is worth.
+        max_held_bytes: 256 << 20,
         ..FollowOptions::default()
     };
     let follower = Follower::new(upstreams, options).map_err(|e| Error::Master(e.to_string()))?;

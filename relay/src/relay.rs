@@ -413,6 +413,11 @@ impl<S: Source, T: Store> Relay<S, T> {
                 _ => break,
             }
         }
+        if !self.held.settle() {
+            // A snapshot shares the fold: the difference waits for it rather than compare
+            // a copy of the whole fold.
+            return Ok(());
+        }
         self.difference(i, incarnation, next)
     }
 
@@ -504,7 +509,6 @@ impl<S: Source, T: Store> Relay<S, T> {
         let backend = self.options.backend.clone();
         let mut removed = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
         let mut stored = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
-        self.held.settle_now();
         let (held, truth, changes) = (self.held.index(), self.source.index(i), &self.changes[i]);
         // Only where the master restarted (its subscribers replace their index too): at a
         // gap of the same master, an object both hold is never gone a moment in the log.
@@ -617,9 +621,16 @@ impl<S: Source, T: Store> Relay<S, T> {
     /// Starts a snapshot of what the log holds when the rule says so: at least as many log
     /// events since the last as objects held (and [`MIN_SNAPSHOT_EVENTS`]); or events since
     /// it and none for [`QUIET`]; or [`Options::snapshot_every`] since it while the log
-    /// moved. Only where the log is complete, one at a time.
+    /// moved. Only where the log is complete and does not lag what the follower applied,
+    /// one at a time.
     fn snapshot_if_due(&mut self) {
         if self.snapshots.writing.is_some() || self.store.snapshot_busy() {
+            return;
+        }
+        // Not while the log lags what the follower applied: messages taken while a
+        // snapshot is written wait for it, and the snapshot's chunks compete with the
+        // appends that would catch up.
+        if self.backlog || self.dropped || !self.pending.is_empty() {
             return;
         }
         let Some(p) = self.log.position.filter(|p| p.complete) else {

@@ -676,6 +676,50 @@ fn a_snapshot_being_written_holds_the_log_state_it_started_at_and_the_log_goes_o
 }
 
 #[test]
+fn a_difference_waits_for_the_snapshot_being_written_and_no_snapshot_starts_while_the_log_lags() {
+    let memory = Memory::default();
+    memory.shared.borrow_mut().slow_snapshots = true;
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
+    let every = Options {
+        snapshot_every: Duration::ZERO,
+        ..options()
+    };
+    let mut relay = relay(fake, &memory, every);
+    turn(&mut relay);
+    assert!(relay.snapshot_writing());
+    // A gap the relay never saw: the log continues by a difference, which compares the
+    // fold only once no snapshot shares it (else the whole fold would be copied).
+    relay
+        .source
+        .behind_the_relays_back(0, 2, &[(Kind::Removed, "t", "a", Medium::Cpu)]);
+    relay.source.publish(0, &[stored("t", "c")]);
+    turn(&mut relay);
+    assert_eq!(memory.subject(SUBJECT).len(), 1, "no difference yet");
+    assert!(!relay.up_to_date());
+    assert!(memory.finish_snapshot());
+    turn(&mut relay);
+    assert_eq!(kinds(&memory.subject(SUBJECT)), ["diff", "diff"]);
+    assert_eq!(fold(&memory.subject(SUBJECT)), relay.source.indexes[0]);
+    assert!(relay.up_to_date());
+    assert!(
+        memory.finish_snapshot(),
+        "the next snapshot, of the log in sync"
+    );
+    turn(&mut relay);
+
+    // A message applied and not written yet: no snapshot starts until it is written.
+    relay.snapshots.last = None;
+    relay.source.publish(0, &[stored("t", "d")]);
+    relay.take_applied();
+    relay.snapshot_if_due();
+    assert!(!relay.snapshot_writing(), "the log lags what was applied");
+    turn(&mut relay);
+    assert!(relay.up_to_date());
+    assert!(relay.snapshot_writing(), "once the log caught up");
+}
+
+#[test]
 fn the_bucket_is_written_beside_the_log_and_a_relay_started_anew_marks_what_it_lacks() {
     let memory = Memory::default();
     let mut fake = Fake::new(1);
