@@ -42,6 +42,11 @@ const MESSAGE_OVERHEAD: usize = std::mem::size_of::<AppliedMessage>() + 32;
 fn cost(message: &AppliedMessage) -> usize {
     message.payload.capacity() + MESSAGE_OVERHEAD
 }
+/// The share of the objects held (log and master together) that changes may name before
+/// a difference compares everything: one in 16.
+const MAX_NOTED_SHARE: usize = 16;
+/// Changes named below this many objects are always kept (a small state).
+const MIN_NOTED: usize = 10_000;
 /// The fewest log events after which the events rule writes a snapshot (below, the time
 /// rule does): a small state is cheaper to read in the log than to snapshot at every turn.
 const MIN_SNAPSHOT_EVENTS: u64 = 10_000;
@@ -276,12 +281,14 @@ impl<S: Source, T: Store> Relay<S, T> {
     }
 
     /// Adds what the follower changed in each publisher's index to what may differ from the
-    /// log. Past as many objects as both hold, comparing everything costs less.
+    /// log. Past [`MAX_NOTED_SHARE`] of the objects both hold (and [`MIN_NOTED`]), the
+    /// difference compares everything: the noted keys are copies of the indexes' keys, and
+    /// comparing everything costs a pass over both, paid at a difference only.
     fn note_changes(&mut self) {
         for (i, changes) in self.changes.iter_mut().enumerate() {
             changes.merge(self.source.take_changes(i));
             let walk = self.held.index().objects() + self.source.index(i).objects();
-            if changes.objects_len() > walk {
+            if changes.objects_len() > (walk / MAX_NOTED_SHARE).max(MIN_NOTED) {
                 *changes = Changes::everything();
             }
         }

@@ -403,6 +403,34 @@ fn nats_away_holds_the_masters_messages_and_writes_them_when_back() {
 }
 
 #[test]
+fn a_long_lag_notes_everything_rather_than_a_copy_of_each_key_and_the_log_catches_up() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    memory.shared.borrow_mut().down = true;
+    let keys: Vec<String> = (0..=MIN_NOTED).map(|n| format!("k{n}")).collect();
+    let changes: Vec<Change<'_>> = keys
+        .iter()
+        .map(|k| (Kind::Stored, "t", k.as_str(), Medium::Cpu))
+        .collect();
+    for chunk in changes.chunks(1000) {
+        relay.source.publish(0, chunk);
+    }
+    let _ = relay.turn(Duration::ZERO);
+    assert!(
+        relay.changes[0].all && relay.changes[0].objects.is_empty(),
+        "past the share of the objects held, no key is noted"
+    );
+    memory.shared.borrow_mut().down = false;
+    relay.not_before = Instant::now();
+    turn(&mut relay);
+    assert!(relay.up_to_date());
+    assert_eq!(fold(&memory.subject(SUBJECT)), relay.source.indexes[0]);
+}
+
+#[test]
 fn a_second_relay_stands_by_and_takes_over_when_the_log_is_still() {
     let memory = Memory::default();
     let (mut one, mut two) = (Fake::new(1), Fake::new(1));
