@@ -124,6 +124,7 @@ class Sampler(threading.Thread):
     def __init__(self, pid):
         super().__init__(daemon=True)
         self.pid, self.last, self.peak_rss, self.peak_at = pid, None, 0.0, None
+        self.history = []  # (time, VmRSS MB)
         self.start()
 
     def run(self):
@@ -132,6 +133,7 @@ class Sampler(threading.Thread):
             if u is None:
                 return
             self.last = u
+            self.history.append((time.monotonic(), u[1]))
             if u[1] > self.peak_rss:
                 self.peak_rss, self.peak_at = u[1], time.monotonic()
             time.sleep(0.2)
@@ -437,6 +439,13 @@ def big(args):
             demo_cpu_s=demo_cpu.last[0],
         )
         st = log.status()
+        # The RSS while the log is in sync at the most objects: what the state costs,
+        # which the machine's load moves less than the peak.
+        synced = [(x["objects"], t) for t, x in st if log_synced(x) and x["lag"] == 0]
+        if synced and relay_cpu.history:
+            most, at = max(synced)
+            rss = min(relay_cpu.history, key=lambda h: abs(h[0] - at))[1]
+            res["relay"]["in_sync_rss_mb_at_most_objects"] = [most, round(rss)]
         res["relay"]["last_snapshot"] = {
             k: st[-1][1][k] for k in ("snapshot_objects", "snapshot_bytes", "snapshot_ms")
         }

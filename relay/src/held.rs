@@ -49,7 +49,7 @@ impl Held {
     }
 
     /// The log's state, without the messages deferred while a snapshot is written
-    /// ([`Held::settle_now`] applies them).
+    /// ([`Held::settle`] applies them once it is written).
     pub(crate) fn index(&self) -> &Index {
         &self.index
     }
@@ -98,15 +98,6 @@ impl Held {
             }
         }
         true
-    }
-
-    /// Applies the deferred messages now, on a copy of the fold if a snapshot still shares
-    /// it (a difference needs the log's state while a snapshot is written: rare).
-    pub(crate) fn settle_now(&mut self) {
-        if !self.deferred.is_empty() {
-            Arc::make_mut(&mut self.index);
-        }
-        self.settle();
     }
 
     /// Whether messages wait for a snapshot to let the fold go: the fold, and the dirty
@@ -335,17 +326,6 @@ mod tests {
             "removed, stored, cleared: in order"
         );
         assert_eq!(held.dirty_len(), 2);
-
-        // A difference cannot wait for the snapshot: the fold is copied.
-        held.apply(&payload(vec![event("stored", "t", Some(b"c"))]), 4)
-            .unwrap();
-        let shared = held.share().expect("nothing deferred");
-        held.apply(&payload(vec![event("stored", "t", Some(b"d"))]), 5)
-            .unwrap();
-        held.settle_now();
-        assert!(!held.deferring());
-        assert_eq!(held.index().objects(), 2);
-        assert_eq!(shared.objects(), 1);
     }
 
     #[test]

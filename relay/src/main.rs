@@ -35,9 +35,10 @@ use std::time::{Duration, Instant};
 /// The longest one turn waits on the master when nothing arrives: it bounds how late a
 /// signal is seen. The follower returns as soon as it applied a message.
 const TURN: Duration = Duration::from_millis(50);
-/// The follower's SUB socket's receive high-water mark, as `mirror`'s: what it drops it
-/// recovers by a replay or a snapshot.
-const RCVHWM: i32 = 1_000_000;
+/// The follower's SUB socket's receive high-water mark: what it drops it recovers by a
+/// replay or a snapshot. The master's messages (about 4 KB at 64 events) not read yet take
+/// at most about 130 MB then, where a million took gigabytes while the relay lagged.
+const RCVHWM: i32 = 32_768;
 /// How long the relay goes on writing at the end, for what came last.
 const LAST_WRITES: Duration = Duration::from_secs(10);
 /// How often a failure that goes on is said again.
@@ -217,6 +218,9 @@ fn start_once(
         rcvhwm: RCVHWM,
         track_changes: true,
         keep_applied: true,
+        // What the relay holds of its own beside it is bounded as much (MAX_PENDING_BYTES):
+        // a gigabyte of live messages held during a recovery is more than it is worth.
+        max_held_bytes: 256 << 20,
         ..FollowOptions::default()
     };
     let follower =

@@ -42,6 +42,11 @@ const MESSAGE_OVERHEAD: usize = std::mem::size_of::<AppliedMessage>() + 32;
 fn cost(message: &AppliedMessage) -> usize {
     message.payload.capacity() + MESSAGE_OVERHEAD
 }
+/// The share of the objects held (log and master together) that changes may name before
+/// a difference compares everything: one in 16.
+const MAX_NOTED_SHARE: usize = 16;
+/// Changes named below this many objects are always kept (a small state).
+const MIN_NOTED: usize = 10_000;
 /// The fewest log events after which the events rule writes a snapshot (below, the time
 /// rule does): a small state is cheaper to read in the log than to snapshot at every turn.
 const MIN_SNAPSHOT_EVENTS: u64 = 10_000;
@@ -276,12 +281,14 @@ impl<S: Source, T: Store> Relay<S, T> {
     }
 
     /// Adds what the follower changed in each publisher's index to what may differ from the
-    /// log. Past as many objects as both hold, comparing everything costs less.
+    /// log. Past [`MAX_NOTED_SHARE`] of the objects both hold (and [`MIN_NOTED`]), the
+    /// difference compares everything: the noted keys are copies of the indexes' keys, and
+    /// comparing everything costs a pass over both, paid at a difference only.
     fn note_changes(&mut self) {
         for (i, changes) in self.changes.iter_mut().enumerate() {
             changes.merge(self.source.take_changes(i));
             let walk = self.held.index().objects() + self.source.index(i).objects();
-            if changes.objects_len() > walk {
+            if changes.objects_len() > (walk / MAX_NOTED_SHARE).max(MIN_NOTED) {
                 *changes = Changes::everything();
             }
         }
@@ -413,6 +420,11 @@ impl<S: Source, T: Store> Relay<S, T> {
                 _ => break,
             }
         }
+        if !self.held.settle() {
+            // A snapshot shares the fold: the difference waits for it rather than compare
+            // a copy of the whole fold.
+            return Ok(());
+        }
         self.difference(i, incarnation, next)
     }
 
@@ -504,7 +516,6 @@ impl<S: Source, T: Store> Relay<S, T> {
         let backend = self.options.backend.clone();
         let mut removed = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
         let mut stored = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
-        self.held.settle_now();
         let (held, truth, changes) = (self.held.index(), self.source.index(i), &self.changes[i]);
         // Only where the master restarted (its subscribers replace their index too): at a
         // gap of the same master, an object both hold is never gone a moment in the log.
@@ -617,9 +628,16 @@ impl<S: Source, T: Store> Relay<S, T> {
     /// Starts a snapshot of what the log holds when the rule says so: at least as many log
     /// events since the last as objects held (and [`MIN_SNAPSHOT_EVENTS`]); or events since
     /// it and none for [`QUIET`]; or [`Options::snapshot_every`] since it while the log
-    /// moved. Only where the log is complete, one at a time.
+    /// moved. Only where the log is complete and does not lag what the follower applied,
+    /// one at a time.
     fn snapshot_if_due(&mut self) {
         if self.snapshots.writing.is_some() || self.store.snapshot_busy() {
+            return;
+        }
+        // Not while the log lags what the follower applied: messages taken while a
+        // snapshot is written wait for it, and the snapshot's chunks compete with the
+        // appends that would catch up.
+        if self.backlog || self.dropped || !self.pending.is_empty() {
             return;
         }
         let Some(p) = self.log.position.filter(|p| p.complete) else {

@@ -403,6 +403,40 @@ fn nats_away_holds_the_masters_messages_and_writes_them_when_back() {
 }
 
 #[test]
+fn a_long_lag_notes_everything_rather_than_a_copy_of_each_key_and_the_log_catches_up() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    memory.shared.borrow_mut().down = true;
+    let keys: Vec<String> = (0..=MIN_NOTED).map(|n| format!("k{n}")).collect();
+    let changes: Vec<Change<'_>> = keys
+        .iter()
+        .map(|k| (Kind::Stored, "t", k.as_str(), Medium::Cpu))
+        .collect();
+    for chunk in changes.chunks(1000) {
+        relay.source.publish(0, chunk);
+    }
+    let _ = relay.turn(Duration::ZERO);
+    assert!(
+        relay.changes[0].all && relay.changes[0].objects.is_empty(),
+        "past the share of the objects held, no key is noted"
+    );
+    memory.shared.borrow_mut().down = false;
+    relay.not_before = Instant::now();
+    // A turn writes for a budget of time: under load, this many messages take more.
+    for _ in 0..1000 {
+        turn(&mut relay);
+        if relay.up_to_date() {
+            break;
+        }
+    }
+    assert!(relay.up_to_date());
+    assert_eq!(fold(&memory.subject(SUBJECT)), relay.source.indexes[0]);
+}
+
+#[test]
 fn a_second_relay_stands_by_and_takes_over_when_the_log_is_still() {
     let memory = Memory::default();
     let (mut one, mut two) = (Fake::new(1), Fake::new(1));
@@ -673,6 +707,50 @@ fn a_snapshot_being_written_holds_the_log_state_it_started_at_and_the_log_goes_o
         payload: content.into(),
     };
     assert_eq!(fold(&[snapshot]), relay.source.indexes[0]);
+}
+
+#[test]
+fn a_difference_waits_for_the_snapshot_being_written_and_no_snapshot_starts_while_the_log_lags() {
+    let memory = Memory::default();
+    memory.shared.borrow_mut().slow_snapshots = true;
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
+    let every = Options {
+        snapshot_every: Duration::ZERO,
+        ..options()
+    };
+    let mut relay = relay(fake, &memory, every);
+    turn(&mut relay);
+    assert!(relay.snapshot_writing());
+    // A gap the relay never saw: the log continues by a difference, which compares the
+    // fold only once no snapshot shares it (else the whole fold would be copied).
+    relay
+        .source
+        .behind_the_relays_back(0, 2, &[(Kind::Removed, "t", "a", Medium::Cpu)]);
+    relay.source.publish(0, &[stored("t", "c")]);
+    turn(&mut relay);
+    assert_eq!(memory.subject(SUBJECT).len(), 1, "no difference yet");
+    assert!(!relay.up_to_date());
+    assert!(memory.finish_snapshot());
+    turn(&mut relay);
+    assert_eq!(kinds(&memory.subject(SUBJECT)), ["diff", "diff"]);
+    assert_eq!(fold(&memory.subject(SUBJECT)), relay.source.indexes[0]);
+    assert!(relay.up_to_date());
+    assert!(
+        memory.finish_snapshot(),
+        "the next snapshot, of the log in sync"
+    );
+    turn(&mut relay);
+
+    // A message applied and not written yet: no snapshot starts until it is written.
+    relay.snapshots.last = None;
+    relay.source.publish(0, &[stored("t", "d")]);
+    relay.take_applied();
+    relay.snapshot_if_due();
+    assert!(!relay.snapshot_writing(), "the log lags what was applied");
+    turn(&mut relay);
+    assert!(relay.up_to_date());
+    assert!(relay.snapshot_writing(), "once the log caught up");
 }
 
 #[test]
