@@ -2,14 +2,15 @@
 //! the stream, the snapshots and the bucket at three replicas, through the faults of a
 //! cluster: the stream's leader killed (SIGKILL) and started again on its store, the
 //! stream's leader hung (SIGSTOP) for 20 s, and the whole cluster down and up again on its
-//! stores, each mid-workload of the real `kv-events demo`. Each time a reader that joins
-//! after (the stream folded from its first message, the snapshot and the log after it, the
+//! stores, each mid-workload of the real `kv-events demo`. Through the leader's loss and hang,
+//! `examples/relay/reader.py` on another node follows the log and ends with the truth; each
+//! time a reader that joins after (the stream folded from its first message, the snapshot and the log after it, the
 //! bucket) holds the demo's `--dump-index` truth, and no master message or message id is
 //! in the stream twice.
 
 mod common;
 
-use common::{assert_exact_at, truth, Cluster, Master, TempDir};
+use common::{assert_exact_at, truth, Cluster, Master, Reader, TempDir};
 use std::path::Path;
 use std::time::Duration;
 
@@ -36,12 +37,19 @@ fn the_streams_leader_killed_and_started_again_loses_nothing() {
     let log = dir.path("relay.log");
     let relay = relay(&master, &cluster, &log);
     let leader = cluster.leader(STREAM, 1);
+    // A reader on another node follows the log through the fault.
+    let reader = Reader::start(&cluster.url((leader + 1) % 3), dir.path("reader.jsonl"));
     std::thread::sleep(Duration::from_millis(2500));
     cluster.kill(leader);
     std::thread::sleep(Duration::from_millis(2000));
     cluster.up(leader);
     assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
     assert_exact_at(&cluster.url((leader + 1) % 3), &truth(&expected), &[&log]);
+    let expected = truth(&expected);
+    assert!(
+        reader.stop() == expected,
+        "the reader that followed through the fault is not the truth"
+    );
     drop(relay);
 }
 
@@ -55,12 +63,19 @@ fn the_streams_leader_hung_20_s_loses_nothing() {
     let log = dir.path("relay.log");
     let relay = relay(&master, &cluster, &log);
     let leader = cluster.leader(STREAM, 1);
+    // A reader on another node follows the log through the fault.
+    let reader = Reader::start(&cluster.url((leader + 1) % 3), dir.path("reader.jsonl"));
     std::thread::sleep(Duration::from_millis(2500));
     cluster.signal(leader, libc::SIGSTOP);
     std::thread::sleep(Duration::from_secs(20));
     cluster.signal(leader, libc::SIGCONT);
     assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
     assert_exact_at(&cluster.url((leader + 1) % 3), &truth(&expected), &[&log]);
+    let expected = truth(&expected);
+    assert!(
+        reader.stop() == expected,
+        "the reader that followed through the fault is not the truth"
+    );
     drop(relay);
 }
 

@@ -5,20 +5,10 @@
 
 mod common;
 
-use common::{assert_exact, object_of, truth, Master, Nats, TempDir};
-use std::collections::BTreeSet;
-use std::io::{BufRead as _, BufReader, Read as _};
-use std::process::{Command, Stdio};
-
-const PYTHON: &str = "/usr/bin/python3";
+use common::{assert_exact, truth, Master, Nats, Reader, TempDir};
 
 #[test]
 fn the_python_reader_bootstraps_from_the_snapshot_and_follows_the_log() {
-    let check = Command::new(PYTHON).args(["-c", "import nats"]).output();
-    assert!(
-        check.is_ok_and(|o| o.status.success()),
-        "{PYTHON} lacks nats-py: run scripts/install-deps.sh"
-    );
     let dir = TempDir::new("relay-python");
     let nats = Nats::start(&dir.0);
     let master = Master::new();
@@ -36,40 +26,16 @@ fn the_python_reader_bootstraps_from_the_snapshot_and_follows_the_log() {
     );
     assert_exact(&nats, &truth(&first), &[&log]);
 
-    // The reader joins late, then the master restarts under it.
-    let dump = dir.path("reader.jsonl");
-    let mut reader = Command::new(PYTHON)
-        .arg("-B")
-        .arg(kv_events_testing::repo_root().join("examples/relay/reader.py"))
-        // A bound, should the test fail before it stops the reader.
-        .args([
-            "--nats",
-            &nats.url(),
-            "--backend",
-            "demo-store",
-            "--duration",
-            "120",
-        ])
-        .arg("--dump")
-        .arg(&dump)
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the reader runs");
-    // The reader says how many objects it bootstrapped before the second life starts: all of
-    // the first life's, from the snapshot and the log after it.
-    let mut stderr = BufReader::new(reader.stderr.take().expect("piped"));
-    let mut said = String::new();
-    while !said.contains("bootstrapped") {
-        assert_ne!(
-            stderr.read_line(&mut said).expect("its stderr"),
-            0,
-            "the reader ended: {said}"
-        );
-    }
+    // The reader joins late, then the master restarts under it. It bootstraps all of the
+    // first life's objects, from the snapshot and the log after it.
+    let reader = Reader::start(&nats.url(), dir.path("reader.jsonl"));
     let objects = truth(&first).len();
     assert!(
-        said.contains(&format!("bootstrapped {objects} objects")),
-        "it bootstrapped the first life's {objects} objects: {said}"
+        reader
+            .said()
+            .contains(&format!("bootstrapped {objects} objects")),
+        "it bootstrapped the first life's {objects} objects: {}",
+        reader.said()
     );
     let second = dir.path("second.json");
     assert_eq!(
@@ -84,18 +50,8 @@ fn the_python_reader_bootstraps_from_the_snapshot_and_follows_the_log() {
     let expected = truth(&second);
     assert_exact(&nats, &expected, &[&log]);
     std::thread::sleep(std::time::Duration::from_secs(1));
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc::kill(reader.id() as libc::pid_t, libc::SIGTERM) };
-    stderr.read_to_string(&mut said).expect("its stderr");
-    let status = reader.wait().expect("the reader exits");
-    assert!(status.success(), "{said}");
-    let read: BTreeSet<_> = std::fs::read_to_string(&dump)
-        .expect("its dump")
-        .lines()
-        .map(|line| object_of(&serde_json::from_str(line).expect("JSON")))
-        .collect();
     assert!(
-        read == expected,
-        "the reader's objects are not the truth: {said}"
+        reader.stop() == expected,
+        "the reader's objects are not the truth"
     );
 }

@@ -714,3 +714,79 @@ pub fn assert_exact_at(url: &str, truth: &BTreeSet<Object>, logs: &[&Path]) {
         written.duplicates
     );
 }
+
+/// `examples/relay/reader.py` (nats-py, Debian's `/usr/bin/python3`) following the relay's
+/// log from NATS at `url` until stopped, its objects dumped to `dump` when it is.
+pub struct Reader {
+    process: Process,
+    stderr: std::io::BufReader<std::process::ChildStderr>,
+    said: String,
+    dump: PathBuf,
+}
+
+impl Reader {
+    /// Starts the reader on `url` and waits until it says it bootstrapped (from the snapshot,
+    /// or the log from its start); panics, saying why, when Python lacks nats-py.
+    pub fn start(url: &str, dump: PathBuf) -> Reader {
+        const PYTHON: &str = "/usr/bin/python3";
+        let check = Command::new(PYTHON).args(["-c", "import nats"]).output();
+        assert!(
+            check.is_ok_and(|o| o.status.success()),
+            "{PYTHON} lacks nats-py: run scripts/install-deps.sh"
+        );
+        let mut child = Command::new(PYTHON)
+            .arg("-B")
+            .arg(kv_events_testing::repo_root().join("examples/relay/reader.py"))
+            // A bound, should the test fail before it stops the reader.
+            .args([
+                "--nats",
+                url,
+                "--backend",
+                "demo-store",
+                "--duration",
+                "300",
+            ])
+            .arg("--dump")
+            .arg(&dump)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the reader runs");
+        let stderr = std::io::BufReader::new(child.stderr.take().expect("piped"));
+        let mut reader = Reader {
+            process: Process(child),
+            stderr,
+            said: String::new(),
+            dump,
+        };
+        while !reader.said.contains("bootstrapped") {
+            use std::io::BufRead as _;
+            let read = reader
+                .stderr
+                .read_line(&mut reader.said)
+                .expect("its stderr");
+            assert_ne!(read, 0, "the reader ended: {}", reader.said);
+        }
+        reader
+    }
+
+    /// What it said so far on stderr.
+    pub fn said(&self) -> &str {
+        &self.said
+    }
+
+    /// Stops it (SIGTERM) and returns the objects it held, after checking it exited well.
+    pub fn stop(mut self) -> BTreeSet<Object> {
+        use std::io::Read as _;
+        self.process.signal(libc::SIGTERM);
+        self.stderr
+            .read_to_string(&mut self.said)
+            .expect("its stderr");
+        let status = self.process.0.wait().expect("the reader exits");
+        assert!(status.success(), "{}", self.said);
+        std::fs::read_to_string(&self.dump)
+            .expect("its dump")
+            .lines()
+            .map(|line| object_of(&serde_json::from_str(line).expect("JSON")))
+            .collect()
+    }
+}
