@@ -2,7 +2,7 @@
 
 /// What the relay counted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Counters {
+pub(crate) struct RelayCounters {
     /// The master's events written to the log as they came.
     pub(crate) events_written: u64,
     /// The master's messages those were.
@@ -36,7 +36,7 @@ pub(crate) struct Counters {
     pub(crate) lag_ms: u64,
 }
 
-impl Counters {
+impl RelayCounters {
     /// `events` of `messages` master messages written in one log message, `lag_ms` after the
     /// master sent the last of them.
     pub(crate) fn written(&mut self, events: u64, messages: u64, lag_ms: u64) {

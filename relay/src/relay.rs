@@ -7,7 +7,7 @@
 
 use crate::batch::{self, Batches, Context, Kind, MAX_PAYLOAD};
 use crate::bucket::{self, Bucket};
-use crate::counters::Counters;
+use crate::counters::RelayCounters;
 use crate::error::StoreError;
 use crate::held::Held;
 use crate::log::{Entry, Log, Position, Written};
@@ -125,7 +125,7 @@ pub(crate) struct Relay<S: Source, T: Store> {
     /// Whether this relay wrote the log since it started or last lost a race: a relay
     /// with nothing to write (an idle master) is ready, not yet the writer.
     pub(crate) wrote: bool,
-    pub(crate) counters: Counters,
+    pub(crate) counters: RelayCounters,
 }
 
 impl<S: Source, T: Store> std::fmt::Debug for Relay<S, T> {
@@ -203,7 +203,7 @@ impl<S: Source, T: Store> Relay<S, T> {
             bucket,
             not_before: now,
             wrote: false,
-            counters: Counters::default(),
+            counters: RelayCounters::default(),
         })
     }
 
