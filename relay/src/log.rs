@@ -71,8 +71,8 @@ pub(crate) struct Log {
     /// the relay too, and the next write is a difference).
     pub(crate) unreadable: u64,
     /// The ids of the appends since the last message known whose outcome is unknown (no
-    /// acknowledgement: NATS restarted, a timeout): each went on top of that message, so
-    /// one at most was written; if the log moved by one of them, it is this relay's own.
+    /// acknowledgement: NATS restarted, a timeout), each on top of that message: if the log
+    /// moved by them alone, it is this relay's own.
     in_doubt: Vec<String>,
 }
 
@@ -131,9 +131,14 @@ impl Log {
                         return Err(e);
                     }
                 };
-                // Only this relay's own write, whose acknowledgement was lost (and which
-                // it retried regrouped, under another id), is no race.
-                let own = matches!(&ids[..], [Some(id)] if doubted.contains(id));
+                // Only this relay's own writes, whose acknowledgements were lost (and which
+                // it retried regrouped, under other ids), are no race: one normally, as each
+                // went on top of the same message, or more where the server let a retry in
+                // on top of one still in flight.
+                let own = !ids.is_empty()
+                    && ids
+                        .iter()
+                        .all(|id| id.as_ref().is_some_and(|id| doubted.contains(id)));
                 Ok(Written::ReadInstead(!own))
             }
             Err(e) => {

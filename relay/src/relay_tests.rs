@@ -595,6 +595,40 @@ fn a_lost_acknowledgement_retried_regrouped_is_no_race() {
 }
 
 #[test]
+fn two_lost_acknowledgements_both_written_are_no_race() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &[]);
+    let mut relay = relay(fake, &memory, options());
+    turn(&mut relay);
+    relay.source.publish(0, &[stored("t", "a")]);
+    memory.shared.borrow_mut().lose_ack = true;
+    assert!(relay.turn(Duration::ZERO).1.is_err());
+    // The retry, regrouped, is let in on top of the first one still in flight, and its
+    // acknowledgement is lost too.
+    relay.source.publish(0, &[stored("t", "b")]);
+    {
+        let mut shared = memory.shared.borrow_mut();
+        shared.lose_ack = true;
+        shared.stale_check = true;
+    }
+    relay.not_before = Instant::now();
+    assert!(relay.turn(Duration::ZERO).1.is_err());
+    relay.source.publish(0, &[stored("t", "c")]);
+    relay.not_before = Instant::now();
+    turn(&mut relay);
+    turn(&mut relay);
+    assert_eq!(
+        relay.counters.races_lost, 0,
+        "its own writes, not another's"
+    );
+    assert_eq!(relay.counters.takeovers, 0);
+    assert_eq!(relay.role, Role::Writer);
+    assert_eq!(fold(&memory.subject(SUBJECT)), relay.source.indexes[0]);
+    assert!(relay.up_to_date());
+}
+
+#[test]
 fn snapshots_follow_the_rule_and_a_relay_starts_from_one() {
     let memory = Memory::default();
     let mut fake = Fake::new(1);
