@@ -163,7 +163,8 @@ async def follow(args) -> dict:
         if not seen["bootstrapped"] and msg.metadata.num_pending == 0:
             bootstrapped()
 
-    while not stop.is_set():
+    async def once():
+        """Loads the snapshot, then follows the log until told to stop or to start again."""
         state.clear()
         seen["last"] = seen["snapshot"] = await load_snapshot(js, args.snapshots, name, state)
         restart.clear()
@@ -178,14 +179,28 @@ async def follow(args) -> dict:
             pending_msgs_limit=-1,
             pending_bytes_limit=-1,
         )
-        info = await sub.consumer_info()
-        if info.num_pending == 0 and not seen["bootstrapped"]:
-            bootstrapped()
-        waits = [asyncio.ensure_future(e.wait()) for e in (stop, restart)]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for w in waits:
-            w.cancel()
-        await sub.unsubscribe()
+        try:
+            info = await sub.consumer_info()
+            if info.num_pending == 0 and not seen["bootstrapped"]:
+                bootstrapped()
+            waits = [asyncio.ensure_future(e.wait()) for e in (stop, restart)]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+        finally:
+            try:
+                await sub.unsubscribe()
+            except nats.errors.Error:
+                pass  # the server forgets the consumer by itself
+
+    while not stop.is_set():
+        try:
+            await once()
+        except nats.errors.Error as e:
+            # NATS unreachable or its cluster electing a leader: start again from the
+            # snapshot once it answers (the client reconnects by itself).
+            print(f"relay reader: {e!r}; starting again from the snapshot", file=sys.stderr)
+            await asyncio.sleep(1)
     await client.close()
     print(
         f"relay reader: {sum(len(k) for k in state.values())} objects, "

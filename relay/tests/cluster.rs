@@ -88,6 +88,9 @@ fn the_whole_cluster_down_and_up_on_its_stores_loses_nothing() {
     let demo = master.demo(10_000, 1500, 4.0, &expected);
     let log = dir.path("relay.log");
     let relay = relay(&master, &cluster, &log);
+    cluster.leader(STREAM, 0);
+    // A reader follows the log through the outage, reconnecting as nats-py does.
+    let reader = Reader::start(&cluster.url(1), dir.path("reader.jsonl"));
     std::thread::sleep(Duration::from_millis(2500));
     for node in 0..3 {
         cluster.kill(node);
@@ -98,5 +101,10 @@ fn the_whole_cluster_down_and_up_on_its_stores_loses_nothing() {
     }
     assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
     assert_exact_at(&cluster.url(0), &truth(&expected), &[&log]);
+    let expected = truth(&expected);
+    assert!(
+        reader.stop() == expected,
+        "the reader that followed through the outage is not the truth"
+    );
     drop(relay);
 }
