@@ -27,84 +27,84 @@ fn relay(master: &Master, cluster: &Cluster, log: &Path) -> common::Process {
     )
 }
 
-#[test]
-fn the_streams_leader_killed_and_started_again_loses_nothing() {
-    let dir = TempDir::new("relay-cluster-leader");
+/// The demo (`rate` calls/s, `linger` s, its truth in `name`'s folder) relayed into a
+/// fresh cluster, `fault` done to it 2.5 s in (given the cluster and the stream's leader)
+/// while a reader on node `reader_on(leader)` follows the log; then the stream, snapshot,
+/// bucket and that reader must all be the demo's truth.
+fn through(
+    name: &str,
+    rate: u32,
+    linger: f64,
+    reader_on: fn(usize) -> usize,
+    fault: impl FnOnce(&mut Cluster, usize),
+) {
+    let dir = TempDir::new(name);
     let mut cluster = Cluster::start(&dir.0);
     let master = Master::new();
     let expected = dir.path("truth.json");
-    let demo = master.demo(10_000, 2000, 4.0, &expected);
+    let demo = master.demo(10_000, rate, linger, &expected);
     let log = dir.path("relay.log");
     let relay = relay(&master, &cluster, &log);
     let leader = cluster.leader(STREAM, 1);
-    // A reader on another node follows the log through the fault.
-    let reader = Reader::start(&cluster.url((leader + 1) % 3), dir.path("reader.jsonl"));
+    let node = reader_on(leader);
+    let reader = Reader::start(&cluster.url(node), dir.path("reader.jsonl"));
     std::thread::sleep(Duration::from_millis(2500));
-    cluster.kill(leader);
-    std::thread::sleep(Duration::from_millis(2000));
-    cluster.up(leader);
+    fault(&mut cluster, leader);
     assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
-    assert_exact_at(&cluster.url((leader + 1) % 3), &truth(&expected), &[&log]);
     let expected = truth(&expected);
+    assert_exact_at(&cluster.url(node), &expected, &[&log]);
     assert!(
         reader.stop() == expected,
         "the reader that followed through the fault is not the truth"
     );
     drop(relay);
+}
+
+/// Another node than the leader's.
+fn next(leader: usize) -> usize {
+    (leader + 1) % 3
+}
+
+#[test]
+fn the_streams_leader_killed_and_started_again_loses_nothing() {
+    through(
+        "relay-cluster-leader",
+        2000,
+        4.0,
+        next,
+        |cluster, leader| {
+            cluster.kill(leader);
+            std::thread::sleep(Duration::from_millis(2000));
+            cluster.up(leader);
+        },
+    );
 }
 
 #[test]
 fn the_streams_leader_hung_20_s_loses_nothing() {
-    let dir = TempDir::new("relay-cluster-hang");
-    let cluster = Cluster::start(&dir.0);
-    let master = Master::new();
-    let expected = dir.path("truth.json");
-    let demo = master.demo(10_000, 1000, 2.0, &expected);
-    let log = dir.path("relay.log");
-    let relay = relay(&master, &cluster, &log);
-    let leader = cluster.leader(STREAM, 1);
-    // A reader on another node follows the log through the fault.
-    let reader = Reader::start(&cluster.url((leader + 1) % 3), dir.path("reader.jsonl"));
-    std::thread::sleep(Duration::from_millis(2500));
-    cluster.signal(leader, libc::SIGSTOP);
-    std::thread::sleep(Duration::from_secs(20));
-    cluster.signal(leader, libc::SIGCONT);
-    assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
-    assert_exact_at(&cluster.url((leader + 1) % 3), &truth(&expected), &[&log]);
-    let expected = truth(&expected);
-    assert!(
-        reader.stop() == expected,
-        "the reader that followed through the fault is not the truth"
-    );
-    drop(relay);
+    through("relay-cluster-hang", 1000, 2.0, next, |cluster, leader| {
+        cluster.signal(leader, libc::SIGSTOP);
+        std::thread::sleep(Duration::from_secs(20));
+        cluster.signal(leader, libc::SIGCONT);
+    });
 }
 
 #[test]
 fn the_whole_cluster_down_and_up_on_its_stores_loses_nothing() {
-    let dir = TempDir::new("relay-cluster-restart");
-    let mut cluster = Cluster::start(&dir.0);
-    let master = Master::new();
-    let expected = dir.path("truth.json");
-    let demo = master.demo(10_000, 1500, 4.0, &expected);
-    let log = dir.path("relay.log");
-    let relay = relay(&master, &cluster, &log);
-    cluster.leader(STREAM, 0);
-    // A reader follows the log through the outage, reconnecting as nats-py does.
-    let reader = Reader::start(&cluster.url(1), dir.path("reader.jsonl"));
-    std::thread::sleep(Duration::from_millis(2500));
-    for node in 0..3 {
-        cluster.kill(node);
-    }
-    std::thread::sleep(Duration::from_millis(1000));
-    for node in 0..3 {
-        cluster.up(node);
-    }
-    assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
-    assert_exact_at(&cluster.url(0), &truth(&expected), &[&log]);
-    let expected = truth(&expected);
-    assert!(
-        reader.stop() == expected,
-        "the reader that followed through the outage is not the truth"
+    // The reader on node 1 goes down with the rest and reconnects, as nats-py does.
+    through(
+        "relay-cluster-restart",
+        1500,
+        4.0,
+        |_| 1,
+        |cluster, _| {
+            for node in 0..3 {
+                cluster.kill(node);
+            }
+            std::thread::sleep(Duration::from_millis(1000));
+            for node in 0..3 {
+                cluster.up(node);
+            }
+        },
     );
-    drop(relay);
 }
