@@ -111,6 +111,11 @@ pub(crate) struct Relay<S: Source, T: Store> {
     pending_bytes: usize,
     /// Applied messages were dropped: the log can only continue by a difference.
     dropped: bool,
+    /// The incarnation and last sequence of an events write whose acknowledgement was lost:
+    /// its retry takes the same messages under the same id, so that NATS drops it as a
+    /// duplicate when the first one landed (a retry regrouped under another id could land
+    /// beside it, around a leader change).
+    retry_through: Option<(u64, u64)>,
     /// The master's context, per incarnation, for the events of differences.
     context: Option<(u64, Context)>,
     pub(crate) log: Log,
@@ -188,6 +193,7 @@ impl<S: Source, T: Store> Relay<S, T> {
             pending: VecDeque::new(),
             pending_bytes: 0,
             dropped: false,
+            retry_through: None,
             context: None,
             log,
             following: None,
@@ -437,7 +443,12 @@ impl<S: Source, T: Store> Relay<S, T> {
         while let Some(m) = self.pending.front() {
             let continues =
                 m.upstream == i && m.incarnation == p.incarnation && m.sequence == expected;
-            if !continues || (!payload.is_empty() && payload.len() + m.payload.len() > MAX_PAYLOAD)
+            let past_retry = self.retry_through.is_some_and(|(incarnation, last)| {
+                incarnation == p.incarnation && m.sequence > last
+            });
+            if !continues
+                || past_retry
+                || (!payload.is_empty() && payload.len() + m.payload.len() > MAX_PAYLOAD)
             {
                 break;
             }
@@ -477,7 +488,12 @@ impl<S: Source, T: Store> Relay<S, T> {
             part: None,
             payload,
         };
-        match self.log.append(&mut self.store, &mut self.held, entry) {
+        let appended = self.log.append(&mut self.store, &mut self.held, entry);
+        self.retry_through = match &appended {
+            Err(StoreError::Failed { .. }) => Some((p.incarnation, last)),
+            _ => None,
+        };
+        match appended {
             Ok(Written::Yes(events)) => {
                 self.wrote = true;
                 let lag = timestamp_ms.map_or(0, |t| now_ms().saturating_sub(t));

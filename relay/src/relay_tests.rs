@@ -393,9 +393,11 @@ fn nats_away_holds_the_masters_messages_and_writes_them_when_back() {
     relay.not_before = Instant::now();
     turn(&mut relay);
     let log = memory.subject(SUBJECT);
+    // The first write after the outage is the one that failed, the same message under the
+    // same id (it may have landed), then the rest.
     assert_eq!(
         kinds(&log),
-        ["diff", "events"],
+        ["diff", "events", "events"],
         "no difference: nothing was lost"
     );
     assert_eq!(fold(&log), relay.source.indexes[0]);
@@ -595,7 +597,7 @@ fn a_lost_acknowledgement_retried_regrouped_is_no_race() {
 }
 
 #[test]
-fn two_lost_acknowledgements_both_written_are_no_race() {
+fn a_retry_after_a_lost_acknowledgement_is_the_same_write() {
     let memory = Memory::default();
     let mut fake = Fake::new(1);
     fake.snapshot(0, 1, 0, &[]);
@@ -604,27 +606,25 @@ fn two_lost_acknowledgements_both_written_are_no_race() {
     relay.source.publish(0, &[stored("t", "a")]);
     memory.shared.borrow_mut().lose_ack = true;
     assert!(relay.turn(Duration::ZERO).1.is_err());
-    // The retry, regrouped, is let in on top of the first one still in flight, and its
-    // acknowledgement is lost too.
+    // More comes before the retry, and NATS would let a write in on top of the first one
+    // still in flight (a leader change): the retry is the same message under the same id,
+    // dropped as a duplicate, not a regrouped write landing beside the first.
     relay.source.publish(0, &[stored("t", "b")]);
-    {
-        let mut shared = memory.shared.borrow_mut();
-        shared.lose_ack = true;
-        shared.stale_check = true;
-    }
+    memory.shared.borrow_mut().stale_check = true;
     relay.not_before = Instant::now();
-    assert!(relay.turn(Duration::ZERO).1.is_err());
+    turn(&mut relay);
     relay.source.publish(0, &[stored("t", "c")]);
-    relay.not_before = Instant::now();
     turn(&mut relay);
     turn(&mut relay);
-    assert_eq!(
-        relay.counters.races_lost, 0,
-        "its own writes, not another's"
-    );
-    assert_eq!(relay.counters.takeovers, 0);
+    assert_eq!(relay.counters.races_lost, 0, "its own write, not another's");
     assert_eq!(relay.role, Role::Writer);
-    assert_eq!(fold(&memory.subject(SUBJECT)), relay.source.indexes[0]);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(
+        kinds(&log),
+        ["diff", "events", "events"],
+        "each master message once"
+    );
+    assert_eq!(fold(&log), relay.source.indexes[0]);
     assert!(relay.up_to_date());
 }
 
