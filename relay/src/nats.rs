@@ -28,6 +28,11 @@ const TIMEOUT: Duration = Duration::from_secs(2);
 /// value: to start a consumer from the last value of each key, nats-server first finds
 /// them, which takes tens of seconds.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a snapshot's chunk may wait for its acknowledgement. A chunk sent to a server
+/// that died (a cluster's leader killed) is never acknowledged: the write fails after this
+/// and is made again, instead of holding the log's messages (and the bucket) back for
+/// [`LOAD_TIMEOUT`].
+const SNAPSHOT_ACK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Messages one fetch of a read asks for.
 const BATCH: usize = 4096;
 /// How long the server keeps a read's consumer after its last fetch.
@@ -289,7 +294,8 @@ impl Store for Nats {
     fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot) {
         // On the other connection: a snapshot's chunks in flight would queue ahead of the
         // log's appends on this one.
-        let context = self.loader.clone();
+        let mut context = self.loader.clone();
+        context.set_timeout(SNAPSHOT_ACK_TIMEOUT);
         let objects = self.objects.clone();
         let bucket = self.names.snapshots.clone();
         let name = name.to_owned();
