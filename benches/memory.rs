@@ -9,13 +9,22 @@
 //!   of longer calls allocates for the calls beyond the pool, and longer strings always do;
 //! - steady state: 100,000 calls through a real publisher that keeps up (its publishing
 //!   thread running, the queue never full), counting every allocation of the process's Rust
-//!   code, callers and publishing thread alike (libzmq's own, in C, are not counted).
+//!   code, callers and publishing thread alike (libzmq's own, in C, are not counted);
+//! - a subscriber's index of 1,000,000 objects of one tenant, stored on `cpu`: the heap it
+//!   takes per object (what glibc's malloc handed out for it, headers, rounding and capacity
+//!   not yet written included: resident memory would depend on what earlier rows freed), against
+//!   a `HashMap<Vec<u8>, MediumSet>` with the same hasher (the index's layout before),
+//!   for each key shape and the demo's short keys (`obj-` and 6 digits); and the time to
+//!   store them, then remove them all, each way (keys made beforehand).
 
 use kv_events_testing::bench::{shapes, KeyShape};
 use mooncake_kv_events::bench::FullQueue;
+use mooncake_kv_events::subscriber::Index;
 use mooncake_kv_events::{Medium, MediumSet};
 use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::time::Instant;
 
 /// The system allocator, counting the bytes it hands out (as requested, before rounding).
 struct Counting;
@@ -44,6 +53,7 @@ static ALLOCATOR: Counting = Counting;
 
 const CAPACITY: usize = 65_536;
 const STEADY_CALLS: usize = 100_000;
+const INDEX_OBJECTS: u64 = 1_000_000;
 
 fn main() {
     println!("full default queue ({CAPACITY} calls of on_put_commit), per key shape:");
@@ -58,6 +68,74 @@ fn main() {
     for shape in shapes() {
         steady_state(shape);
     }
+    println!("\nan index of {INDEX_OBJECTS} objects, bytes per object:");
+    println!(
+        "| keys | key B | Index B | HashMap<Vec<u8>, MediumSet> B | ratio | \
+         store + remove ns: Index | HashMap | ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let demo = |i: u64| format!("obj-{i:06}").into_bytes();
+    index_memory("demo (obj-NNNNNN)", &demo);
+    for shape in shapes() {
+        index_memory(shape.name, &|i| shape.key(i));
+    }
+}
+
+/// Bytes glibc's malloc has handed out: chunks from its heaps and blocks it mapped.
+fn allocated() -> usize {
+    // SAFETY: mallinfo2 reads the allocator's statistics; no argument, no precondition.
+    let info = unsafe { libc::mallinfo2() };
+    info.uordblks + info.hblkhd
+}
+
+fn index_memory(name: &str, key: &dyn Fn(u64) -> Vec<u8>) {
+    let keys: Vec<Vec<u8>> = (0..INDEX_OBJECTS).map(key).collect();
+    let per_object = |n: f64| n / INDEX_OBJECTS as f64;
+
+    let started = Instant::now();
+    let before = allocated();
+    let mut index = Index::new();
+    for key in &keys {
+        index.store(b"tenant", key, Medium::Cpu);
+    }
+    let compact = allocated() - before;
+    assert_eq!(index.objects() as u64, INDEX_OBJECTS);
+    for key in &keys {
+        index.remove(b"tenant", key, Medium::Cpu);
+    }
+    assert!(index.is_empty());
+    let compact_ns = started.elapsed().as_nanos() as f64;
+    drop(index);
+
+    let started = Instant::now();
+    let before = allocated();
+    let mut map: HashMap<Vec<u8>, MediumSet, foldhash::fast::RandomState> = HashMap::default();
+    for key in &keys {
+        // As the index did: looked up first, the key copied only when new.
+        match map.get_mut(key.as_slice()) {
+            Some(media) => *media = media.with(Medium::Cpu),
+            None => {
+                map.insert(key.clone(), MediumSet::from([Medium::Cpu]));
+            }
+        }
+    }
+    let hashed = allocated() - before;
+    assert_eq!(map.len() as u64, INDEX_OBJECTS);
+    for key in &keys {
+        map.remove(key.as_slice());
+    }
+    assert!(map.is_empty());
+    let hashed_ns = started.elapsed().as_nanos() as f64;
+    println!(
+        "| {name} | {} | {:.1} | {:.1} | {:.2} | {:.0} | {:.0} | {:.2} |",
+        keys[0].len(),
+        per_object(compact as f64),
+        per_object(hashed as f64),
+        compact as f64 / hashed as f64,
+        per_object(compact_ns),
+        per_object(hashed_ns),
+        compact_ns / hashed_ns
+    );
 }
 
 fn full_queue(shape: &KeyShape) {

@@ -201,7 +201,7 @@ fn touch(
             .into_iter()
             .flat_map(|objects| objects.keys())
         {
-            dirty.insert((tenant.to_vec(), key.clone()), stream_sequence);
+            dirty.insert((tenant.to_vec(), key.to_vec()), stream_sequence);
         }
     } else if let Some(key) = event.object_key.bytes() {
         dirty.insert((tenant.to_vec(), key.to_vec()), stream_sequence);

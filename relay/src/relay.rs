@@ -551,7 +551,7 @@ impl<S: Source, T: Store> Relay<S, T> {
             for (key, media) in truth.tenant(tenant).into_iter().flatten() {
                 for medium in media.iter() {
                     stored.push(|out| {
-                        let object = Some((key.as_slice(), medium));
+                        let object = Some((key, medium));
                         batch::full_event(
                             out,
                             &context,

@@ -6,23 +6,17 @@
 //! [`super::Follower`] keeps one [`Index`] per publisher it follows, and heals it
 //! through snapshots and replays when the stream loses something.
 
+use super::objects::Objects;
 use crate::event::EventKind;
 use crate::media::{Medium, MediumSet};
 use crate::wire::{Change, Field};
 use rmpv::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Write};
 
 /// The tenant the wire names when the master's tenant is empty.
 pub const DEFAULT_TENANT: &[u8] = b"default";
-
-/// The objects of one tenant: key → media. Hashed, not ordered: a follower applies millions
-/// of events a second, and keys often share long prefixes, which an ordered map compares
-/// again at every level; [`Index::iter`] sorts. Hashed with foldhash, seeded per process:
-/// several times faster than the standard SipHash on 40-byte keys, and the keys come from
-/// the master the reader chose to follow.
-pub type Objects = HashMap<Vec<u8>, MediumSet, foldhash::fast::RandomState>;
 
 /// Tenant → key → media, keys and tenants as bytes (the wire sends `str` or `bin`; both are
 /// taken as their bytes). An object is present only while its media set is not empty, and a
@@ -191,7 +185,6 @@ impl Index {
         self.tenants
             .get(tenant_name(tenant))
             .and_then(|objects| objects.get(key))
-            .copied()
             .unwrap_or(MediumSet::EMPTY)
     }
 
@@ -208,11 +201,11 @@ impl Index {
     /// Every object: tenant, key and media, in byte order of tenant then key.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8], MediumSet)> + '_ {
         self.tenants.iter().flat_map(|(tenant, objects)| {
-            let mut sorted: Vec<(&Vec<u8>, &MediumSet)> = objects.iter().collect();
+            let mut sorted: Vec<(&[u8], MediumSet)> = objects.iter().collect();
             sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
             sorted
                 .into_iter()
-                .map(move |(key, media)| (tenant.as_slice(), key.as_slice(), *media))
+                .map(move |(key, media)| (tenant.as_slice(), key, media))
         })
     }
 
@@ -224,12 +217,8 @@ impl Index {
             Some(objects) => objects,
             None => self.tenants.entry(tenant.to_vec()).or_default(),
         };
-        match objects.get_mut(key) {
-            Some(media) => *media = media.with(medium),
-            None => {
-                objects.insert(key.to_vec(), MediumSet::EMPTY.with(medium));
-                self.objects += 1;
-            }
+        if objects.update(key, |media| media.with(medium)).is_empty() {
+            self.objects += 1;
         }
     }
 
@@ -240,12 +229,9 @@ impl Index {
         let Some(objects) = self.tenants.get_mut(tenant) else {
             return;
         };
-        let Some(media) = objects.get_mut(key) else {
-            return;
-        };
-        *media = media.minus(MediumSet::EMPTY.with(medium));
-        if media.is_empty() {
-            objects.remove(key);
+        let gone = MediumSet::EMPTY.with(medium);
+        let before = objects.update(key, |media| media.minus(gone));
+        if !before.is_empty() && before.minus(gone).is_empty() {
             self.objects -= 1;
             if objects.is_empty() {
                 self.tenants.remove(tenant);
@@ -450,7 +436,7 @@ mod tests {
         assert_eq!(index.get(b"", &[0xff, 0]), MediumSet::from([Medium::Cpu]));
         assert_eq!(index.get(b"x", b"k"), MediumSet::from([Medium::Disk]));
         index.store(b"", b"plain", Medium::Disk);
-        assert_eq!(index.tenant(b"default").map(HashMap::len), Some(2));
+        assert_eq!(index.tenant(b"default").map(Objects::len), Some(2));
         let mut out = Vec::new();
         index.write_json_lines(&mut out).unwrap();
         assert_eq!(

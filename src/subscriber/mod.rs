@@ -40,6 +40,7 @@
 mod catchup;
 mod follow;
 mod index;
+mod objects;
 mod stop;
 mod watch;
 
@@ -49,7 +50,8 @@ pub use follow::{
     AppliedMessage, Changes, FollowError, FollowOptions, Follower, FollowerCounters, Keys, Notice,
     NoticeKind, Status, Upstream,
 };
-pub use index::{json_bytes, Applied, Index, Objects, RejectedEvent, DEFAULT_TENANT};
+pub use index::{json_bytes, Applied, Index, RejectedEvent, DEFAULT_TENANT};
+pub use objects::Objects;
 pub use stop::{catch_stop_signals, stop_requested};
 pub use watch::{
     connect_form, Batch, Continuity, CurveClient, Reach, Subscriber, SubscriberOptions, WatchError,
