@@ -137,21 +137,25 @@ impl Objects {
         }
     }
 
-    /// Once removed objects take more than the present ones (and [`MIN_GARBAGE`]), writes
-    /// the present ones again without the gaps: amortized, each byte moves at most once per
-    /// byte removed.
+    /// Once removed objects take more than the present ones (and [`MIN_GARBAGE`]), slides
+    /// the present ones down over the gaps, in place (no second buffer at the peak), and
+    /// gives the freed end back: amortized, each byte moves at most once per byte removed.
     fn compact_if_worth(&mut self) {
         if self.garbage < MIN_GARBAGE || self.garbage * 2 < self.entries.len() {
             return;
         }
-        let mut kept = Vec::with_capacity(self.entries.len() - self.garbage);
-        for at in self.table.iter_mut() {
-            let end = key_range(&self.entries, *at).end;
-            let start = kept.len();
-            kept.extend_from_slice(&self.entries[*at..end]);
-            *at = start;
+        let mut starts: Vec<&mut usize> = self.table.iter_mut().collect();
+        starts.sort_unstable_by_key(|at| **at);
+        let mut kept = 0;
+        for at in starts {
+            let entry = *at..key_range(&self.entries, *at).end;
+            let len = entry.len();
+            self.entries.copy_within(entry, kept);
+            *at = kept;
+            kept += len;
         }
-        self.entries = kept;
+        self.entries.truncate(kept);
+        self.entries.shrink_to(kept + kept / 2);
         self.garbage = 0;
     }
 }
