@@ -291,21 +291,28 @@ impl<M: Deref<Target = [u8]>> FollowerState<M> {
             incarnation: end.incarnation,
             took: now.duration_since(started),
         });
+        // The stream delivered N or an earlier message: whatever it then lacks was lost on
+        // the way (not sent before this reader subscribed).
+        let delivered_n = self
+            .held
+            .keys()
+            .next()
+            .is_some_and(|&first| first <= end.next_sequence);
         self.drain();
-        // What the stream delivered first is not N: replay what came between.
+        // What the stream holds next does not follow the index: replay what came between.
+        let from = self.next_sequence.unwrap_or(end.next_sequence);
         if let Some(&head) = self.held.keys().next() {
+            if delivered_n {
+                self.counters.gaps += 1;
+                self.gap_counted = Some(from);
+                self.incident.get_or_insert(now);
+            }
             let replay = Ask::Replay {
-                from: end.next_sequence,
+                from,
                 until: head,
                 started: now,
             };
-            self.send(
-                Request::Replay {
-                    from: end.next_sequence,
-                },
-                replay,
-                now,
-            );
+            self.send(Request::Replay { from }, replay, now);
         }
     }
 }

@@ -181,6 +181,34 @@ fn a_join_holds_the_stream_during_the_snapshot_then_applies_it_from_n() {
 }
 
 #[test]
+fn a_hole_in_what_the_stream_held_during_the_snapshot_is_a_gap() {
+    let t0 = Instant::now();
+    let mut state = State::new(&options(), Some(REPLAY.into()), t0);
+    state.tick(t0);
+    // While the snapshot is read the stream brings 5, 6, then 9: 7 and 8 were lost.
+    for sequence in [5, 6, 9] {
+        state.on_stream(message(sequence, &format!("m{sequence}")), t0);
+    }
+    state.on_reply(&page(&["a"]), t0);
+    let actions = state.on_reply(&snapshot_end(5, 1, INCARNATION), t0);
+    assert_eq!(sent(&actions), [&Request::Replay { from: 7 }]);
+    assert!(has(&state, "m6") && !has(&state, "m9"));
+    assert_eq!(state.counters.gaps, 1, "a loss, counted once");
+    assert!(sent(&state.tick(t0)).is_empty(), "the replay is under way");
+    assert_eq!(state.counters.gaps, 1);
+
+    // Whereas a stream that starts after N (the messages between were sent before this
+    // reader subscribed) lost nothing: replayed, not counted.
+    let mut state = State::new(&options(), Some(REPLAY.into()), t0);
+    state.tick(t0);
+    state.on_stream(message(8, "m8"), t0);
+    state.on_reply(&page(&["a"]), t0);
+    let actions = state.on_reply(&snapshot_end(5, 1, INCARNATION), t0);
+    assert_eq!(sent(&actions), [&Request::Replay { from: 5 }]);
+    assert_eq!(state.counters.gaps, 0);
+}
+
+#[test]
 fn a_gap_the_buffer_holds_is_filled_by_a_replay() {
     let t0 = Instant::now();
     let mut state = joined(t0, &["a"], 5);
