@@ -79,9 +79,10 @@ def apply(state: dict, data: bytes, batches=None):
                 state.pop(tenant, None)
 
 
-async def load_snapshot(js, bucket: str, name: str, state: dict) -> int:
+async def load_snapshot(client, bucket: str, name: str, state: dict) -> int:
     """Applies the snapshot `name` to `state`; returns the stream sequence it reflects (0
     when there is none)."""
+    js = client.jetstream(timeout=30)
     try:
         store = await js.object_store(bucket)
         info = await store.get_info(name)
@@ -103,6 +104,16 @@ async def load_snapshot(js, bucket: str, name: str, state: dict) -> int:
             if msg.metadata.num_pending == 0:
                 done.set()
 
+        # A snapshot replaced meanwhile has its chunks purged: the rest never comes. The
+        # next info on the object's subject says so at once (and the info, read whenever
+        # the chunks stop for a second, if that message is missed).
+        meta = f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+        async def on_info(_msg):
+            done.set()
+
+        replaced = await client.subscribe(meta, cb=on_info)
+        if (await store.get_info(name)).nuid != info.nuid:
+            done.set()
         sub = await js.subscribe(
             f"$O.{bucket}.C.{info.nuid}",
             stream=f"OBJ_{bucket}",
@@ -111,8 +122,6 @@ async def load_snapshot(js, bucket: str, name: str, state: dict) -> int:
             pending_msgs_limit=-1,
             pending_bytes_limit=-1,
         )
-        # A snapshot replaced meanwhile has its chunks purged: the rest never comes. Its
-        # info, checked whenever the chunks stop for a second, says so.
         while not done.is_set():
             try:
                 await asyncio.wait_for(done.wait(), 1)
@@ -120,9 +129,10 @@ async def load_snapshot(js, bucket: str, name: str, state: dict) -> int:
                 if (await store.get_info(name)).nuid != info.nuid:
                     break
         await sub.unsubscribe()
+        await replaced.unsubscribe()
         if received[0] != info.size:  # replaced meanwhile: load the newer one
             state.clear()
-            return await load_snapshot(js, bucket, name, state)
+            return await load_snapshot(client, bucket, name, state)
     return sequence
 
 
@@ -166,7 +176,7 @@ async def follow(args) -> dict:
     async def once():
         """Loads the snapshot, then follows the log until told to stop or to start again."""
         state.clear()
-        seen["last"] = seen["snapshot"] = await load_snapshot(js, args.snapshots, name, state)
+        seen["last"] = seen["snapshot"] = await load_snapshot(client, args.snapshots, name, state)
         restart.clear()
         sub = await js.subscribe(
             subject,
