@@ -108,6 +108,7 @@ async def load_snapshot(client, bucket: str, name: str, state: dict) -> int:
         # next info on the object's subject says so at once (and the info, read whenever
         # the chunks stop for a second, if that message is missed).
         meta = f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
         async def on_info(_msg):
             done.set()
 
