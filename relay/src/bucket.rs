@@ -123,8 +123,13 @@ impl Bucket {
         }
     }
 
-    /// Collects the outcome of the writes under way.
-    pub(crate) fn collect(&mut self, store: &mut impl Store, held: &mut Held) {
+    /// Collects the outcome of the writes under way: why they failed, if they did (their
+    /// entries are dirty again).
+    pub(crate) fn collect(
+        &mut self,
+        store: &mut impl Store,
+        held: &mut Held,
+    ) -> Option<StoreError> {
         match store.bucket_done() {
             Some(Ok(())) => {
                 self.written += self.in_flight.len() as u64;
@@ -133,13 +138,15 @@ impl Bucket {
                     self.reflected = at;
                 }
             }
-            Some(Err(_)) => {
+            Some(Err(why)) => {
                 self.failures += 1;
                 held.put_back(std::mem::take(&mut self.in_flight));
                 self.noting = None;
+                return Some(why);
             }
             None => {}
         }
+        None
     }
 
     /// Whether writes are under way.

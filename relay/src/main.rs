@@ -260,6 +260,9 @@ fn follow<S: source::Source, T: store::Store>(
                 notice.kind
             );
         }
+        for failure in relay.take_failures() {
+            let _ = writeln!(err.lock(), "kv-events relay: {failure}");
+        }
         let now = Instant::now();
         match outcome {
             Err(why) => {

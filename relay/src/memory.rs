@@ -33,6 +33,8 @@ pub(crate) struct Shared {
     pub(crate) stale_check: bool,
     /// Snapshots stay being written until [`Memory::finish_snapshot`] (a slow NATS).
     pub(crate) slow_snapshots: bool,
+    /// The next snapshot fails (its chunks unacknowledged: a cluster node killed).
+    pub(crate) fail_snapshot: bool,
     /// The snapshot being written while `slow_snapshots`.
     writing: Option<(String, SnapshotMeta, Snapshot)>,
     /// The snapshot [`Memory::finish_snapshot`] wrote, not collected yet.
@@ -178,8 +180,9 @@ impl Store for Memory {
 
     fn start_snapshot(&mut self, name: &str, meta: SnapshotMeta, content: Snapshot) {
         let (is_down, slow) = {
-            let shared = self.shared.borrow();
-            (shared.down, shared.slow_snapshots)
+            let mut shared = self.shared.borrow_mut();
+            let fail = std::mem::take(&mut shared.fail_snapshot);
+            (shared.down || fail, shared.slow_snapshots)
         };
         if is_down {
             self.snapshot = Some(Err(down()));

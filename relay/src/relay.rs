@@ -131,6 +131,9 @@ pub(crate) struct Relay<S: Source, T: Store> {
     /// with nothing to write (an idle master) is ready, not yet the writer.
     pub(crate) wrote: bool,
     pub(crate) counters: RelayCounters,
+    /// Why writes beside the loop (a snapshot, bucket entries) failed since the last
+    /// [`Relay::take_failures`]: each is made again.
+    failures: Vec<String>,
 }
 
 impl<S: Source, T: Store> std::fmt::Debug for Relay<S, T> {
@@ -210,6 +213,7 @@ impl<S: Source, T: Store> Relay<S, T> {
             not_before: now,
             wrote: false,
             counters: RelayCounters::default(),
+            failures: Vec::new(),
         })
     }
 
@@ -319,14 +323,26 @@ impl<S: Source, T: Store> Relay<S, T> {
                         self.counters.snapshots += 1;
                         self.counters.snapshot_ms = started.elapsed().as_millis() as u64;
                     }
-                    Err(_) => self.counters.snapshot_failures += 1,
+                    Err(why) => {
+                        self.counters.snapshot_failures += 1;
+                        self.failures
+                            .push(format!("a snapshot failed ({why}); written again"));
+                    }
                 }
             }
         }
         self.held.settle();
         if let Some(bucket) = &mut self.bucket {
-            bucket.collect(&mut self.store, &mut self.held);
+            if let Some(why) = bucket.collect(&mut self.store, &mut self.held) {
+                self.failures
+                    .push(format!("bucket entries failed ({why}); written again"));
+            }
         }
+    }
+
+    /// Why writes beside the loop failed since the last call.
+    pub(crate) fn take_failures(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.failures)
     }
 
     /// As a standby, follows what the writer writes; returns whether this relay writes now.

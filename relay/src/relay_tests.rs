@@ -689,6 +689,40 @@ fn snapshots_follow_the_rule_and_a_relay_starts_from_one() {
 }
 
 #[test]
+fn a_failed_snapshot_is_said_counted_and_written_again() {
+    let memory = Memory::default();
+    memory.shared.borrow_mut().fail_snapshot = true;
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, &[("t", "a")]);
+    let every = Options {
+        snapshot_every: Duration::ZERO,
+        ..options()
+    };
+    let mut relay = relay(fake, &memory, every);
+    turn(&mut relay);
+    assert!(memory.shared.borrow().snapshots.is_empty());
+    turn(&mut relay);
+    let failures = relay.take_failures();
+    assert!(
+        matches!(&failures[..], [said] if said.starts_with("a snapshot failed (")
+            && said.ends_with("); written again")),
+        "{failures:?}"
+    );
+    assert!(relay.take_failures().is_empty(), "said once");
+    assert_eq!(relay.counters.snapshot_failures, 1);
+    assert!(
+        crate::status::line(&relay, &["tcp://m:1".to_owned()], Duration::ZERO)
+            .contains("snapshot failures 1")
+    );
+    turn(&mut relay);
+    assert_eq!(
+        memory.shared.borrow().snapshots[BACKEND].0.stream_sequence,
+        relay.log.last,
+        "written again"
+    );
+}
+
+#[test]
 fn a_snapshot_being_written_holds_the_log_state_it_started_at_and_the_log_goes_on() {
     let memory = Memory::default();
     memory.shared.borrow_mut().slow_snapshots = true;

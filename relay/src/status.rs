@@ -63,7 +63,8 @@ pub(crate) fn line<S: Source, T: Store>(
         "kv-events-relay: {:.1}s: {source}; {log}; {role}\n  events in {}, events written {} \
          in {} messages ({} of the master's), diffs after resyncs {} ({} events), \
          snapshots {} (last {} objects, {} bytes, {} ms{}), lag {behind} messages / {} ms, \
-         held {}, objects {}, races lost {}, takeovers {}, NATS failures {}{bucket}\n",
+         held {}, objects {}, races lost {}, takeovers {}, NATS failures {}, \
+         snapshot failures {}{bucket}\n",
         elapsed.as_secs_f64(),
         relay.source.events_in(),
         c.events_written,
@@ -86,5 +87,6 @@ pub(crate) fn line<S: Source, T: Store>(
         c.races_lost,
         c.takeovers,
         c.nats_failures,
+        c.snapshot_failures,
     )
 }
