@@ -16,10 +16,18 @@ use std::time::{Duration, Instant};
 
 pub use kv_events_testing::TempDir;
 
-/// A port nobody listens on now.
+/// A port nobody listens on now, and not handed out before in this process: the system
+/// may give a port just closed again, and a cluster's six ports are taken before any
+/// server binds one (two nodes once got the same route port).
 pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("its address").port()
+    static GIVEN: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let port = listener.local_addr().expect("its address").port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Waits until `condition` holds, for up to `limit`.
