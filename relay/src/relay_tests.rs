@@ -174,6 +174,18 @@ fn relay(fake: Fake, memory: &Memory, options: Options) -> Relay<Fake, Memory> {
     Relay::start(fake, memory.clone(), options).expect("starts")
 }
 
+/// A relay of a master whose state is `objects` (incarnation 4, next sequence 0) into
+/// `memory`, with a snapshot due at every turn that may write one.
+fn snapshotting(memory: &Memory, objects: &[(&str, &str)]) -> Relay<Fake, Memory> {
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 4, 0, objects);
+    let every = Options {
+        snapshot_every: Duration::ZERO,
+        ..options()
+    };
+    relay(fake, memory, every)
+}
+
 fn turn(relay: &mut Relay<Fake, Memory>) {
     relay.turn(Duration::ZERO).1.expect("the store takes it");
 }
@@ -631,13 +643,7 @@ fn a_retry_after_a_lost_acknowledgement_is_the_same_write() {
 #[test]
 fn snapshots_follow_the_rule_and_a_relay_starts_from_one() {
     let memory = Memory::default();
-    let mut fake = Fake::new(1);
-    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
-    let every = Options {
-        snapshot_every: Duration::ZERO,
-        ..options()
-    };
-    let mut first = relay(fake, &memory, every);
+    let mut first = snapshotting(&memory, &[("t", "a"), ("t", "b")]);
     turn(&mut first);
     first.source.publish(0, &[stored("u", "c")]);
     turn(&mut first);
@@ -692,13 +698,7 @@ fn snapshots_follow_the_rule_and_a_relay_starts_from_one() {
 fn a_failed_snapshot_is_said_counted_and_written_again() {
     let memory = Memory::default();
     memory.shared.borrow_mut().fail_snapshot = true;
-    let mut fake = Fake::new(1);
-    fake.snapshot(0, 4, 0, &[("t", "a")]);
-    let every = Options {
-        snapshot_every: Duration::ZERO,
-        ..options()
-    };
-    let mut relay = relay(fake, &memory, every);
+    let mut relay = snapshotting(&memory, &[("t", "a")]);
     turn(&mut relay);
     assert!(memory.shared.borrow().snapshots.is_empty());
     turn(&mut relay);
@@ -726,13 +726,7 @@ fn a_failed_snapshot_is_said_counted_and_written_again() {
 fn a_snapshot_being_written_holds_the_log_state_it_started_at_and_the_log_goes_on() {
     let memory = Memory::default();
     memory.shared.borrow_mut().slow_snapshots = true;
-    let mut fake = Fake::new(1);
-    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
-    let every = Options {
-        snapshot_every: Duration::ZERO,
-        ..options()
-    };
-    let mut relay = relay(fake, &memory, every);
+    let mut relay = snapshotting(&memory, &[("t", "a"), ("t", "b")]);
     turn(&mut relay);
     assert!(relay.snapshot_writing(), "of the log's first message");
     // The log goes on while the snapshot is written, in several turns.
@@ -781,13 +775,7 @@ fn a_snapshot_being_written_holds_the_log_state_it_started_at_and_the_log_goes_o
 fn a_difference_waits_for_the_snapshot_being_written_and_no_snapshot_starts_while_the_log_lags() {
     let memory = Memory::default();
     memory.shared.borrow_mut().slow_snapshots = true;
-    let mut fake = Fake::new(1);
-    fake.snapshot(0, 4, 0, &[("t", "a"), ("t", "b")]);
-    let every = Options {
-        snapshot_every: Duration::ZERO,
-        ..options()
-    };
-    let mut relay = relay(fake, &memory, every);
+    let mut relay = snapshotting(&memory, &[("t", "a"), ("t", "b")]);
     turn(&mut relay);
     assert!(relay.snapshot_writing());
     // A gap the relay never saw: the log continues by a difference, which compares the

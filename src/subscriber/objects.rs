@@ -109,7 +109,7 @@ impl Objects {
                 let after = change(before);
                 if after.is_empty() {
                     found.remove();
-                    self.garbage += entry_len(key.len());
+                    self.garbage += key_range(entries, at).end - at;
                     self.compact_if_worth();
                 } else {
                     entries[at] = after.bits();
@@ -158,17 +158,6 @@ impl Objects {
         self.entries.shrink_to(kept + kept / 2);
         self.garbage = 0;
     }
-}
-
-/// The bytes an entry of a key of `len` bytes takes.
-fn entry_len(len: usize) -> usize {
-    let mut prefix = 1;
-    let mut rest = len >> 7;
-    while rest > 0 {
-        prefix += 1;
-        rest >>= 7;
-    }
-    1 + prefix + len
 }
 
 impl PartialEq for Objects {
@@ -226,12 +215,17 @@ mod tests {
                 key.len()
             );
         }
-        assert_eq!(
-            objects.entries.len(),
-            keys.iter().map(|k| entry_len(k.len())).sum::<usize>(),
-            "each entry as long as entry_len says"
-        );
         assert_eq!(objects.len(), keys.len());
+        // Below the garbage worth compacting: removed, every byte written is garbage.
+        for key in &keys {
+            objects.update(key, |_| MediumSet::EMPTY);
+        }
+        assert!(objects.is_empty());
+        assert_eq!(
+            objects.garbage,
+            objects.entries.len(),
+            "every removed byte counted"
+        );
     }
 
     #[test]

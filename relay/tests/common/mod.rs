@@ -74,6 +74,16 @@ impl Drop for Process {
     }
 }
 
+/// `nats-server -js` for clients on loopback `port`, its store in `store`, stdout dropped.
+fn nats_server(port: u16, store: &Path) -> Command {
+    let mut command = Command::new("nats-server");
+    command
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(store)
+        .stdout(Stdio::null());
+    command
+}
+
 /// A `nats-server -js` on a free port, its store in `dir`.
 pub struct Nats {
     pub port: u16,
@@ -97,17 +107,7 @@ impl Nats {
     }
 
     fn up(&mut self) {
-        let child = Command::new("nats-server")
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-sd",
-            ])
-            .arg(&self.dir)
-            .stdout(Stdio::null())
+        let child = nats_server(self.port, &self.dir)
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server runs: run scripts/install-deps.sh");
@@ -178,16 +178,7 @@ impl Cluster {
             .append(true)
             .open(self.dir.join(format!("node-{node}.log")))
             .expect("a log");
-        let child = Command::new("nats-server")
-            .args([
-                "-js",
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.ports[node].to_string(),
-            ])
-            .arg("-sd")
-            .arg(self.dir.join(format!("node-{node}")))
+        let child = nats_server(self.ports[node], &self.dir.join(format!("node-{node}")))
             .args([
                 "--server_name",
                 &format!("node-{node}"),
@@ -195,7 +186,6 @@ impl Cluster {
                 "kv",
             ])
             .args(["--cluster", &routes[node], "--routes", &routes.join(",")])
-            .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("nats-server runs: run scripts/install-deps.sh");
