@@ -293,6 +293,11 @@ impl Batches {
         std::mem::take(&mut self.part)
     }
 
+    /// The first complete part, if there is one: a difference is written as it is encoded.
+    pub(crate) fn take_part(&mut self) -> Option<Vec<u8>> {
+        (!self.parts.is_empty()).then(|| self.parts.remove(0))
+    }
+
     /// Events pushed so far.
     pub(crate) fn events(&self) -> u64 {
         self.events
@@ -306,19 +311,6 @@ impl Batches {
         }
         self.parts
     }
-}
-
-/// `parts` with each one joined to the one before it while both fit `max` bytes: the
-/// removals and the stores of a difference, encoded apart, share a log message.
-pub(crate) fn coalesce(parts: Vec<Vec<u8>>, max: usize) -> Vec<Vec<u8>> {
-    let mut out: Vec<Vec<u8>> = Vec::with_capacity(parts.len());
-    for part in parts {
-        match out.last_mut() {
-            Some(last) if last.len() + part.len() <= max => last.extend_from_slice(&part),
-            _ => out.push(part),
-        }
-    }
-    out
 }
 
 /// An empty batch, `[timestamp_ms, [], dp_rank]`: a message that changes nothing (an empty
@@ -604,9 +596,6 @@ mod tests {
         let parts = batches.finish();
         assert!(parts.len() > 1);
         assert!(parts.iter().all(|p| p.len() <= 40_000));
-        let joined = coalesce(parts.clone(), usize::MAX);
-        assert_eq!(joined, [parts.concat()]);
-        assert_eq!(coalesce(parts.clone(), 40_000), parts);
         let total: usize = parts
             .iter()
             .map(|p| decode_all(p).iter().map(|m| m.events.len()).sum::<usize>())

@@ -8,6 +8,7 @@ mod args;
 mod batch;
 mod bucket;
 mod counters;
+mod diff;
 mod error;
 mod held;
 mod log;

@@ -31,6 +31,9 @@ pub(crate) struct Shared {
     /// The next append skips the expected-last check (a clustered nats-server 2.9 checks it
     /// against what its leader applied, not what it has in flight, around a leader change).
     pub(crate) stale_check: bool,
+    /// The append after this many more fails, unwritten (NATS gone in the middle of a
+    /// difference).
+    pub(crate) fail_append_in: Option<u32>,
     /// Snapshots stay being written until [`Memory::finish_snapshot`] (a slow NATS).
     pub(crate) slow_snapshots: bool,
     /// The next snapshot fails (its chunks unacknowledged: a cluster node killed).
@@ -106,7 +109,18 @@ impl Store for Memory {
         expected: u64,
     ) -> Result<Appended, StoreError> {
         let mut shared = self.shared.borrow_mut();
-        if shared.down {
+        let fails = match &mut shared.fail_append_in {
+            Some(0) => true,
+            Some(n) => {
+                *n -= 1;
+                false
+            }
+            None => false,
+        };
+        if fails {
+            shared.fail_append_in = None;
+        }
+        if shared.down || fails {
             return Err(down());
         }
         if shared.ids.contains(&message.id) {

@@ -5,17 +5,18 @@
 //! standby takes over is decided here too. Generic over the master ([`Source`]) and NATS
 //! ([`Store`]), so that the tests below drive every decision in memory.
 
-use crate::batch::{self, Batches, Context, Kind, MAX_PAYLOAD};
+use crate::batch::{self, Context, MAX_PAYLOAD};
 use crate::bucket::{self, Bucket};
 use crate::counters::RelayCounters;
+use crate::diff::{self, Events};
 use crate::error::StoreError;
 use crate::held::Held;
 use crate::log::{Entry, Log, Position, Written};
 use crate::names::{diff_id, events_id, subject, token};
 use crate::source::Source;
 use crate::store::{SnapshotMeta, Store};
-use mooncake_kv_events::subscriber::{AppliedMessage, Changes, Index, Notice};
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use mooncake_kv_events::subscriber::{AppliedMessage, Changes, Notice};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long one turn writes the master's messages before the follower reads again.
@@ -534,11 +535,9 @@ impl<S: Source, T: Store> Relay<S, T> {
     }
 
     /// Writes the difference between what the log holds and publisher `i`'s state before
-    /// `next`, in parts of at most [`MAX_PAYLOAD`] bytes of batches, every `removed` (and
-    /// `cleared`) before every `stored` (one empty batch when there is none: the log still
-    /// notes the new position). At a new incarnation, a tenant whose difference takes more
-    /// events than a `cleared` and a `stored` per medium it holds is written that way
-    /// ([`cheaper_cleared`]). Only with the truth at hand: publisher `i` in sync.
+    /// `next` ([`Events::between`]), in parts of at most [`MAX_PAYLOAD`] bytes of batches,
+    /// each encoded as it is written and applied to the fold once written. Only with the
+    /// truth at hand: publisher `i` in sync.
     fn difference(&mut self, i: usize, incarnation: u64, next: u64) -> Result<(), StoreError> {
         let now = now_ms();
         let context = match &self.context {
@@ -546,72 +545,22 @@ impl<S: Source, T: Store> Relay<S, T> {
             _ => Context::default(),
         };
         let backend = self.options.backend.clone();
-        let mut removed = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
-        let mut stored = Batches::new(now, context.dp_rank, MAX_PAYLOAD);
-        let (held, truth, changes) = (self.held.index(), self.source.index(i), &self.changes[i]);
-        // Only where the master restarted (its subscribers replace their index too): at a
-        // gap of the same master, an object both hold is never gone a moment in the log.
         let restarted = self
             .log
             .position
             .is_some_and(|p| p.incarnation != incarnation);
-        let cleared = if restarted {
-            cheaper_cleared(held, truth, changes)
-        } else {
-            BTreeSet::new()
-        };
-        for tenant in &cleared {
-            removed.push(|out| {
-                batch::full_event(out, &context, &backend, Kind::Cleared, tenant, None, now);
-            });
-            for (key, media) in truth.tenant(tenant).into_iter().flatten() {
-                for medium in media.iter() {
-                    stored.push(|out| {
-                        let object = Some((key, medium));
-                        batch::full_event(
-                            out,
-                            &context,
-                            &backend,
-                            Kind::Stored,
-                            tenant,
-                            object,
-                            now,
-                        );
-                    });
-                }
-            }
-        }
-        difference(held, truth, changes, |kind, tenant, key, medium| {
-            if cleared.contains(tenant) {
-                return;
-            }
-            let batches = if kind == Kind::Removed {
-                &mut removed
-            } else {
-                &mut stored
-            };
-            batches.push(|out| {
-                batch::full_event(
-                    out,
-                    &context,
-                    &backend,
-                    kind,
-                    tenant,
-                    Some((key, medium)),
-                    now,
-                );
-            });
+        let (held, truth) = (self.held.index(), self.source.index(i));
+        let events = Events::between(held, truth, &self.changes[i], restarted);
+        let mut count = 0;
+        let _ = diff::messages(&events, &context, &backend, now, MAX_PAYLOAD, |_| {
+            count += 1;
+            Ok::<_, StoreError>(true)
         });
-        let total = removed.events() + stored.events();
-        let mut parts = removed.finish();
-        parts.extend(stored.finish());
-        let mut parts = batch::coalesce(parts, MAX_PAYLOAD);
-        if parts.is_empty() {
-            parts.push(batch::empty(now, context.dp_rank));
-        }
         let base = self.log.last;
-        let count = parts.len();
-        for (k, payload) in parts.into_iter().enumerate() {
+        let (log, store, held) = (&mut self.log, &mut self.store, &mut self.held);
+        let mut k = 0;
+        let mut raced = None;
+        diff::messages(&events, &context, &backend, now, MAX_PAYLOAD, |payload| {
             let entry = Entry {
                 id: diff_id(&backend, incarnation, next, base, k),
                 position: Position {
@@ -623,18 +572,24 @@ impl<S: Source, T: Store> Relay<S, T> {
                 part: Some((k + 1, count)),
                 payload,
             };
-            if let Written::ReadInstead(raced) =
-                self.log.append(&mut self.store, &mut self.held, entry)?
-            {
-                self.lost(raced);
-                return Ok(());
+            k += 1;
+            match log.append(store, held, entry)? {
+                Written::Yes(_) => Ok(true),
+                Written::ReadInstead(r) => {
+                    raced = Some(r);
+                    Ok(false)
+                }
             }
+        })?;
+        if let Some(raced) = raced {
+            self.lost(raced);
+            return Ok(());
         }
         self.changes[i] = Changes::default();
         self.wrote = true;
         self.counters.diffs += 1;
-        self.counters.diff_events += total;
-        self.snapshots.events_since += total;
+        self.counters.diff_events += events.len();
+        self.snapshots.events_since += events.len();
         self.snapshots.last_events = Instant::now();
         self.pending.clear();
         self.pending_bytes = 0;
@@ -797,75 +752,6 @@ impl<S: Source, T: Store> Relay<S, T> {
     pub(crate) fn objects(&self) -> usize {
         self.held.index().objects()
     }
-}
-
-/// Calls `event` for each change that turns `held` into `truth`, given that they can
-/// differ only where `changes` says (everywhere when it says `all`): a `removed` for a
-/// medium `held` has and `truth` has not, a `stored` for the reverse. Its cost is that of
-/// the objects compared, not of the index.
-pub(crate) fn difference(
-    held: &Index,
-    truth: &Index,
-    changes: &Changes,
-    mut event: impl FnMut(Kind, &[u8], &[u8], mooncake_kv_events::Medium),
-) {
-    let mut compare = |tenant: &[u8], key: &[u8]| {
-        let (before, after) = (held.get(tenant, key), truth.get(tenant, key));
-        for medium in before.minus(after).iter() {
-            event(Kind::Removed, tenant, key, medium);
-        }
-        for medium in after.minus(before).iter() {
-            event(Kind::Stored, tenant, key, medium);
-        }
-    };
-    // Tenants compared whole: each object of either side, once.
-    let whole: BTreeSet<&[u8]> = if changes.all {
-        held.tenants().chain(truth.tenants()).collect()
-    } else {
-        changes.cleared.iter().map(Vec::as_slice).collect()
-    };
-    for &tenant in &whole {
-        for key in held.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
-            compare(tenant, key);
-        }
-        for key in truth.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
-            if held.get(tenant, key).is_empty() {
-                compare(tenant, key);
-            }
-        }
-    }
-    for (tenant, keys) in &changes.objects {
-        if !whole.contains(tenant.as_slice()) {
-            for key in keys {
-                compare(tenant, key);
-            }
-        }
-    }
-}
-
-/// The tenants for which a `cleared` then a `stored` per medium of `truth` takes fewer
-/// events than the [`difference`] from `held`: a master that restarted with little of its
-/// old state costs an event per tenant, not a removal per object the log held.
-pub(crate) fn cheaper_cleared(held: &Index, truth: &Index, changes: &Changes) -> BTreeSet<Vec<u8>> {
-    let mut events: HashMap<Vec<u8>, u64> = HashMap::new();
-    difference(held, truth, changes, |_, tenant, _, _| {
-        match events.get_mut(tenant) {
-            Some(n) => *n += 1,
-            None => {
-                events.insert(tenant.to_vec(), 1);
-            }
-        }
-    });
-    events
-        .into_iter()
-        .filter(|(tenant, n)| {
-            let stored: usize = truth
-                .tenant(tenant)
-                .map_or(0, |objects| objects.values().map(|m| m.len()).sum());
-            held.tenant(tenant).is_some() && (1 + stored as u64) < *n
-        })
-        .map(|(tenant, _)| tenant)
-        .collect()
 }
 
 #[cfg(test)]

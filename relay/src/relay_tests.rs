@@ -4,10 +4,10 @@
 //! started from one, NATS away and back, the bucket beside the log.
 
 use super::*;
-use crate::batch::{checked, full_event};
+use crate::batch::{checked, full_event, Batches, Kind};
 use crate::memory::Memory;
 use crate::store::Logged;
-use mooncake_kv_events::subscriber::Status;
+use mooncake_kv_events::subscriber::{Index, Status};
 use mooncake_kv_events::wire::{Event, Message};
 use mooncake_kv_events::Medium;
 
@@ -385,6 +385,62 @@ fn a_master_restarted_with_little_of_its_state_costs_a_cleared_not_a_removal_per
             ("Stored".into(), "u".into(), Some(b"x".to_vec())),
         ]
     );
+    assert!(relay.up_to_date());
+}
+
+#[test]
+fn a_difference_of_many_messages_is_written_one_by_one_and_goes_on_after_a_failure() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    let keys: Vec<String> = (0..20_000).map(|i| format!("object-{i:05}")).collect();
+    let objects: Vec<(&str, &str)> = keys.iter().map(|k| ("t", k.as_str())).collect();
+    fake.snapshot(0, 1, 0, &objects);
+    let mut relay = relay(fake, &memory, options());
+    // NATS fails at the third message of the difference.
+    memory.shared.borrow_mut().fail_append_in = Some(2);
+    assert!(relay.turn(Duration::ZERO).1.is_err());
+    let log = memory.subject(SUBJECT);
+    let parts: Vec<&str> = log
+        .iter()
+        .map(|m| m.header(crate::log::PART).unwrap())
+        .collect();
+    let count = parts[0]
+        .split_once('/')
+        .unwrap()
+        .1
+        .parse::<usize>()
+        .unwrap();
+    assert!(count > 3, "{parts:?}");
+    assert_eq!(parts, [format!("1/{count}"), format!("2/{count}")]);
+    assert!(log
+        .iter()
+        .all(|m| m.payload.len() <= crate::batch::MAX_PAYLOAD));
+    assert_eq!(
+        relay.objects(),
+        fold(&log).objects(),
+        "each written part applied"
+    );
+    assert!(!relay.up_to_date());
+
+    // The next difference is what the first two parts left: no object stored twice.
+    relay.not_before = Instant::now();
+    turn(&mut relay);
+    let log = memory.subject(SUBJECT);
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    let stored: usize = log
+        .iter()
+        .flat_map(|m| checked(&m.payload).unwrap())
+        .map(|b| b.len())
+        .sum();
+    assert_eq!(stored, 20_000);
+    assert_eq!(
+        log.last().unwrap().header(crate::log::PART).map(|p| {
+            let (k, n) = p.split_once('/').unwrap();
+            k == n
+        }),
+        Some(true)
+    );
+    assert_eq!(relay.counters.diffs, 1);
     assert!(relay.up_to_date());
 }
 

@@ -1,0 +1,312 @@
+//! A difference: the events that turn what the log holds into a publisher's state, written
+//! at a discontinuity. They are gathered first in a compact form (a kind, a medium, a
+//! tenant and a key each), then encoded a log message at a time as the messages are
+//! written: a difference of millions of events is never held encoded, and the fold the
+//! events were computed from may change as each message is applied to it.
+
+use crate::batch::{self, Batches, Context, Kind};
+use mooncake_kv_events::subscriber::{Changes, Index};
+use mooncake_kv_events::Medium;
+use std::collections::{BTreeSet, HashMap};
+
+/// The events of a difference, in the order they are written: every `removed` and
+/// `cleared` before every `stored`.
+#[derive(Debug, Default)]
+pub(crate) struct Events {
+    /// The `removed` and `cleared` events, as [`Events::push`] writes them.
+    removed: Vec<u8>,
+    /// The `stored` events.
+    stored: Vec<u8>,
+    /// The tenants the events name, by place.
+    tenants: Vec<Vec<u8>>,
+    count: u64,
+}
+
+/// One event: its kind, its tenant, its key and medium (empty and `None` for a `cleared`).
+pub(crate) type Event<'a> = (Kind, &'a [u8], &'a [u8], Option<Medium>);
+
+impl Events {
+    /// The events that turn `held` into `truth`, which differ only where `changes` says.
+    /// Where the master `restarted` (its subscribers replace their index too), a tenant
+    /// whose difference takes more events than a `cleared` and a `stored` per medium it
+    /// holds is written that way ([`cheaper_cleared`]); at a gap of the same master an
+    /// object both hold is never gone a moment in the log.
+    pub(crate) fn between(
+        held: &Index,
+        truth: &Index,
+        changes: &Changes,
+        restarted: bool,
+    ) -> Events {
+        let mut events = Events::default();
+        let cleared = if restarted {
+            cheaper_cleared(held, truth, changes)
+        } else {
+            BTreeSet::new()
+        };
+        for tenant in &cleared {
+            events.push(Kind::Cleared, tenant, b"", None);
+            for (key, media) in truth.tenant(tenant).into_iter().flatten() {
+                for medium in media.iter() {
+                    events.push(Kind::Stored, tenant, key, Some(medium));
+                }
+            }
+        }
+        walk(held, truth, changes, |kind, tenant, key, medium| {
+            if !cleared.contains(tenant) {
+                events.push(kind, tenant, key, Some(medium));
+            }
+        });
+        events
+    }
+
+    /// How many events.
+    pub(crate) fn len(&self) -> u64 {
+        self.count
+    }
+
+    /// Records `[kind, medium][tenant's place: u32][key's length: u32][key]`, little-endian.
+    fn push(&mut self, kind: Kind, tenant: &[u8], key: &[u8], medium: Option<Medium>) {
+        let place = match self.tenants.iter().rposition(|t| t == tenant) {
+            Some(place) => place,
+            None => {
+                self.tenants.push(tenant.to_vec());
+                self.tenants.len() - 1
+            }
+        };
+        let out = if kind == Kind::Stored {
+            &mut self.stored
+        } else {
+            &mut self.removed
+        };
+        let kind_code = match kind {
+            Kind::Stored => 0,
+            Kind::Removed => 1,
+            Kind::Cleared => 2,
+        };
+        let medium_code = match medium {
+            None => 0,
+            Some(Medium::Cpu) => 1,
+            Some(Medium::Disk) => 2,
+        };
+        out.push(kind_code << 2 | medium_code);
+        out.extend_from_slice(&(place as u32).to_le_bytes());
+        out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        out.extend_from_slice(key);
+        self.count += 1;
+    }
+
+    /// The events, in the order they are written.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = Event<'_>> + '_ {
+        Records {
+            bytes: &self.removed,
+            tenants: &self.tenants,
+        }
+        .chain(Records {
+            bytes: &self.stored,
+            tenants: &self.tenants,
+        })
+    }
+}
+
+/// The events of one of [`Events`]' lists.
+struct Records<'a> {
+    bytes: &'a [u8],
+    tenants: &'a [Vec<u8>],
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Event<'a>;
+
+    fn next(&mut self) -> Option<Event<'a>> {
+        let (&tag, rest) = self.bytes.split_first()?;
+        let word = |at: usize| -> usize {
+            let mut le = [0u8; 4];
+            le.copy_from_slice(&rest[at..at + 4]);
+            u32::from_le_bytes(le) as usize
+        };
+        let (place, len) = (word(0), word(4));
+        let key = &rest[8..8 + len];
+        self.bytes = &rest[8 + len..];
+        let kind = match tag >> 2 {
+            0 => Kind::Stored,
+            1 => Kind::Removed,
+            _ => Kind::Cleared,
+        };
+        let medium = match tag & 3 {
+            1 => Some(Medium::Cpu),
+            2 => Some(Medium::Disk),
+            _ => None,
+        };
+        Some((kind, &self.tenants[place], key, medium))
+    }
+}
+
+/// Encodes `events` with every key a master's event has ([`batch::full_event`]) into log
+/// messages of at most `max` bytes of batches (one empty batch when there is no event: the
+/// log still notes the new position), handing each to `each` as it is complete. Stops at
+/// the first `Ok(false)` or error; `Ok(true)` when every message was handed on. The same
+/// arguments give the same messages: a first pass counts them.
+pub(crate) fn messages<E>(
+    events: &Events,
+    context: &Context,
+    backend: &str,
+    now: u64,
+    max: usize,
+    mut each: impl FnMut(Vec<u8>) -> Result<bool, E>,
+) -> Result<bool, E> {
+    let mut batches = Batches::new(now, context.dp_rank, max);
+    let mut handed = false;
+    for (kind, tenant, key, medium) in events.iter() {
+        batches.push(|out| {
+            let object = medium.map(|m| (key, m));
+            batch::full_event(out, context, backend, kind, tenant, object, now);
+        });
+        while let Some(part) = batches.take_part() {
+            handed = true;
+            if !each(part)? {
+                return Ok(false);
+            }
+        }
+    }
+    let mut rest = batches.finish();
+    if rest.is_empty() && !handed {
+        rest.push(batch::empty(now, context.dp_rank));
+    }
+    for part in rest {
+        if !each(part)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Calls `event` for each change that turns `held` into `truth`, given that they can
+/// differ only where `changes` says (everywhere when it says `all`): a `removed` for a
+/// medium `held` has and `truth` has not, a `stored` for the reverse. Its cost is that of
+/// the objects compared, not of the index.
+fn walk(
+    held: &Index,
+    truth: &Index,
+    changes: &Changes,
+    mut event: impl FnMut(Kind, &[u8], &[u8], Medium),
+) {
+    let mut compare = |tenant: &[u8], key: &[u8]| {
+        let (before, after) = (held.get(tenant, key), truth.get(tenant, key));
+        for medium in before.minus(after).iter() {
+            event(Kind::Removed, tenant, key, medium);
+        }
+        for medium in after.minus(before).iter() {
+            event(Kind::Stored, tenant, key, medium);
+        }
+    };
+    // Tenants compared whole: each object of either side, once.
+    let whole: BTreeSet<&[u8]> = if changes.all {
+        held.tenants().chain(truth.tenants()).collect()
+    } else {
+        changes.cleared.iter().map(Vec::as_slice).collect()
+    };
+    for &tenant in &whole {
+        for key in held.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
+            compare(tenant, key);
+        }
+        for key in truth.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
+            if held.get(tenant, key).is_empty() {
+                compare(tenant, key);
+            }
+        }
+    }
+    for (tenant, keys) in &changes.objects {
+        if !whole.contains(tenant.as_slice()) {
+            for key in keys {
+                compare(tenant, key);
+            }
+        }
+    }
+}
+
+/// The tenants for which a `cleared` then a `stored` per medium of `truth` takes fewer
+/// events than the [`walk`] from `held`: a master that restarted with little of its old
+/// state costs an event per tenant, not a removal per object the log held.
+fn cheaper_cleared(held: &Index, truth: &Index, changes: &Changes) -> BTreeSet<Vec<u8>> {
+    let mut events: HashMap<Vec<u8>, u64> = HashMap::new();
+    walk(held, truth, changes, |_, tenant, _, _| {
+        match events.get_mut(tenant) {
+            Some(n) => *n += 1,
+            None => {
+                events.insert(tenant.to_vec(), 1);
+            }
+        }
+    });
+    events
+        .into_iter()
+        .filter(|(tenant, n)| {
+            let stored: usize = truth
+                .tenant(tenant)
+                .map_or(0, |objects| objects.values().map(|m| m.len()).sum());
+            held.tenant(tenant).is_some() && (1 + stored as u64) < *n
+        })
+        .map(|(tenant, _)| tenant)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{checked, MAX_EVENTS};
+
+    #[test]
+    fn events_come_back_removed_first_and_messages_stay_under_their_bound() {
+        let (mut held, mut truth) = (Index::new(), Index::new());
+        for i in 0..3000 {
+            let key = format!("key-{i}");
+            if i % 2 == 0 {
+                held.store(b"t", key.as_bytes(), Medium::Cpu);
+            }
+            if i % 3 == 0 {
+                truth.store(b"t", key.as_bytes(), Medium::Disk);
+            }
+        }
+        truth.store(b"u", &[0xff, 0x00], Medium::Cpu);
+        let events = Events::between(&held, &truth, &Changes::everything(), false);
+        let kinds: Vec<Kind> = events.iter().map(|e| e.0).collect();
+        let first_stored = kinds.iter().position(|k| *k == Kind::Stored).unwrap();
+        assert!(kinds[first_stored..].iter().all(|k| *k == Kind::Stored));
+        assert_eq!(events.len(), kinds.len() as u64);
+
+        let mut sizes = Vec::new();
+        let mut applied = held.clone();
+        let all = messages(&events, &Context::default(), "s", 1, 40_000, |part| {
+            sizes.push(part.len());
+            for batch in checked(&part).expect("batches") {
+                assert!(batch.len() <= MAX_EVENTS);
+                for change in batch.changes() {
+                    applied
+                        .apply_change(&change)
+                        .expect("an event the index takes");
+                }
+            }
+            Ok::<_, ()>(true)
+        });
+        assert_eq!(all, Ok(true));
+        assert!(sizes.len() > 3 && sizes.iter().all(|&n| n <= 40_000));
+        assert_eq!(applied, truth, "the messages turn held into the truth");
+
+        // Stopping at a message hands on no more.
+        let mut handed = 0;
+        let stopped = messages(&events, &Context::default(), "s", 1, 40_000, |_| {
+            handed += 1;
+            Ok::<_, ()>(handed < 2)
+        });
+        assert_eq!((stopped, handed), (Ok(false), 2));
+
+        // No event: one empty batch.
+        let none = Events::between(&truth, &truth, &Changes::everything(), false);
+        let mut parts = Vec::new();
+        messages(&none, &Context::default(), "s", 1, 40_000, |p| {
+            parts.push(p);
+            Ok::<_, ()>(true)
+        })
+        .unwrap();
+        assert_eq!(parts, [batch::empty(1, 0)]);
+    }
+}
