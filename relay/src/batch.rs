@@ -62,7 +62,7 @@ impl Context {
 }
 
 /// `stored`, `removed`, or `cleared` (every object of a tenant gone).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     Stored,
     Removed,
@@ -220,33 +220,33 @@ fn compact_stored(
     wire_bytes(out, key);
 }
 
-/// Events gathered into batches of at most [`MAX_EVENTS`], and batches into parts of at
-/// most [`MAX_PAYLOAD`] bytes (a part holds one batch at least).
+/// Events gathered into batches of at most [`MAX_EVENTS`], one after another.
 #[derive(Debug)]
 pub(crate) struct Batches {
     timestamp_ms: u64,
     dp_rank: u64,
-    parts: Vec<Vec<u8>>,
-    part: Vec<u8>,
+    /// The batches closed so far.
+    out: Vec<u8>,
+    /// The events of the batch being filled.
     batch: Vec<u8>,
     in_batch: usize,
     events: u64,
-    max_part: usize,
 }
 
+/// The most bytes a batch takes beside its events: its array, timestamp, events' array and
+/// `dp_rank` headers.
+pub(crate) const BATCH_OVERHEAD: usize = 22;
+
 impl Batches {
-    /// Batches stamped `timestamp_ms` and `dp_rank`, in parts of at most `max_part` bytes
-    /// (`usize::MAX`: one part).
-    pub(crate) fn new(timestamp_ms: u64, dp_rank: u64, max_part: usize) -> Batches {
+    /// Batches stamped `timestamp_ms` and `dp_rank`.
+    pub(crate) fn new(timestamp_ms: u64, dp_rank: u64) -> Batches {
         Batches {
             timestamp_ms,
             dp_rank,
-            parts: Vec::new(),
-            part: Vec::new(),
+            out: Vec::new(),
             batch: Vec::new(),
             in_batch: 0,
             events: 0,
-            max_part,
         }
     }
 
@@ -264,38 +264,27 @@ impl Batches {
         if self.in_batch == 0 {
             return;
         }
-        let mut head = Vec::with_capacity(16);
-        let _ = mp::write_array_len(&mut head, 3);
-        uint(&mut head, self.timestamp_ms);
-        let _ = mp::write_array_len(&mut head, self.in_batch as u32);
-        let size = head.len() + self.batch.len() + 9;
-        if !self.part.is_empty() && self.part.len() + size > self.max_part {
-            self.parts.push(std::mem::take(&mut self.part));
-        }
-        self.part.extend_from_slice(&head);
-        self.part.append(&mut self.batch);
-        uint(&mut self.part, self.dp_rank);
+        let _ = mp::write_array_len(&mut self.out, 3);
+        uint(&mut self.out, self.timestamp_ms);
+        let _ = mp::write_array_len(&mut self.out, self.in_batch as u32);
+        self.out.append(&mut self.batch);
+        uint(&mut self.out, self.dp_rank);
         self.in_batch = 0;
     }
 
-    /// The first `bytes` bytes of what is encoded so far, once there are as many (one part:
-    /// batches may be cut anywhere, as a snapshot's chunks are).
+    /// The first `bytes` bytes of what is encoded so far, once there are as many (batches
+    /// may be cut anywhere, as a snapshot's chunks are).
     fn drain(&mut self, bytes: usize) -> Option<Vec<u8>> {
-        if self.part.len() < bytes {
+        if self.out.len() < bytes {
             return None;
         }
-        let rest = self.part.split_off(bytes);
-        Some(std::mem::replace(&mut self.part, rest))
+        let rest = self.out.split_off(bytes);
+        Some(std::mem::replace(&mut self.out, rest))
     }
 
     /// Everything encoded and not drained yet.
     fn rest(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.part)
-    }
-
-    /// The first complete part, if there is one: a difference is written as it is encoded.
-    pub(crate) fn take_part(&mut self) -> Option<Vec<u8>> {
-        (!self.parts.is_empty()).then(|| self.parts.remove(0))
+        std::mem::take(&mut self.out)
     }
 
     /// Events pushed so far.
@@ -303,13 +292,10 @@ impl Batches {
         self.events
     }
 
-    /// The parts; none when no event was pushed.
-    pub(crate) fn finish(mut self) -> Vec<Vec<u8>> {
+    /// The batches; empty when no event was pushed.
+    pub(crate) fn finish(mut self) -> Vec<u8> {
         self.close_batch();
-        if !self.part.is_empty() {
-            self.parts.push(self.part);
-        }
-        self.parts
+        self.out
     }
 }
 
@@ -340,7 +326,7 @@ impl Snapshot {
     pub(crate) fn chunks(&self, bytes: usize) -> Chunks<'_> {
         Chunks {
             objects: Box::new(self.index.iter()),
-            batches: Batches::new(self.timestamp_ms, 0, usize::MAX),
+            batches: Batches::new(self.timestamp_ms, 0),
             snapshot: self,
             bytes,
             done: false,
@@ -494,7 +480,7 @@ mod tests {
                 dp_rank: 3,
                 ..Context::default()
             };
-            let mut batches = Batches::new(7, 3, MAX_PAYLOAD);
+            let mut batches = Batches::new(7, 3);
             for i in 0..130u32 {
                 let kind = if i % 2 == 0 {
                     Kind::Stored
@@ -519,9 +505,8 @@ mod tests {
                 });
             }
             batches.push(|out| full_event(out, &context, "s", Kind::Cleared, b"t", None, 7));
-            let parts = batches.finish();
-            assert_eq!(parts.len(), 1);
-            let messages = decode_all(&parts[0]);
+            let payload = batches.finish();
+            let messages = decode_all(&payload);
             assert_eq!(
                 messages.iter().map(|m| m.events.len()).collect::<Vec<_>>(),
                 [64, 64, 3]
@@ -540,7 +525,7 @@ mod tests {
             assert_eq!(cleared.medium, None);
             // The key counts of spec section 5: 17 for stored (20 legacy), 15 removed (17),
             // 11 cleared (12).
-            let raws = split(&parts[0]).unwrap();
+            let raws = split(&payload).unwrap();
             let value = rmpv::decode::read_value(&mut &raws[0][..]).unwrap();
             let events = value[1].as_array().unwrap();
             let keys = |e: &rmpv::Value| e.as_map().unwrap().len();
@@ -552,7 +537,7 @@ mod tests {
     }
 
     #[test]
-    fn parts_stay_under_their_bound_and_a_snapshot_applies_to_the_index_it_was_made_of() {
+    fn a_snapshot_in_chunks_applies_to_the_index_it_was_made_of() {
         let mut index = Index::new();
         for i in 0..1000 {
             index.store(b"t", format!("key-{i}").as_bytes(), Medium::Cpu);
@@ -579,28 +564,6 @@ mod tests {
         }
         assert_eq!(back, index);
 
-        let mut batches = Batches::new(1, 0, 40_000);
-        for i in 0..1000 {
-            batches.push(|out| {
-                full_event(
-                    out,
-                    &Context::default(),
-                    "s",
-                    Kind::Stored,
-                    b"t",
-                    Some((format!("{i}").as_bytes(), Medium::Cpu)),
-                    1,
-                );
-            });
-        }
-        let parts = batches.finish();
-        assert!(parts.len() > 1);
-        assert!(parts.iter().all(|p| p.len() <= 40_000));
-        let total: usize = parts
-            .iter()
-            .map(|p| decode_all(p).iter().map(|m| m.events.len()).sum::<usize>())
-            .sum();
-        assert_eq!(total, 1000);
         assert!(checked(b"\x93\x01").is_err(), "cut short");
         assert!(checked(&empty(5, 0)).unwrap()[0].is_empty());
     }

@@ -4,9 +4,9 @@
 //! written: a difference of millions of events is never held encoded, and the fold the
 //! events were computed from may change as each message is applied to it.
 
-use crate::batch::{self, Batches, Context, Kind};
+use crate::batch::{self, Batches, Context, Kind, BATCH_OVERHEAD, MAX_EVENTS};
 use mooncake_kv_events::subscriber::{Changes, Index};
-use mooncake_kv_events::Medium;
+use mooncake_kv_events::{Medium, MediumSet};
 use std::collections::{BTreeSet, HashMap};
 
 /// The events of a difference, in the order they are written: every `removed` and
@@ -141,39 +141,79 @@ impl<'a> Iterator for Records<'a> {
     }
 }
 
+/// One log message of a difference: its place from 0, how many there are, its batches and
+/// the events they hold.
+pub(crate) struct Message<'a> {
+    pub(crate) part: usize,
+    pub(crate) parts: usize,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) events: Vec<Event<'a>>,
+}
+
 /// Encodes `events` with every key a master's event has ([`batch::full_event`]) into log
 /// messages of at most `max` bytes of batches (one empty batch when there is no event: the
-/// log still notes the new position), handing each to `each` as it is complete. Stops at
-/// the first `Ok(false)` or error; `Ok(true)` when every message was handed on. The same
-/// arguments give the same messages: a first pass counts them.
-pub(crate) fn messages<E>(
-    events: &Events,
+/// log still notes the new position), handing each to `each` as it is encoded. Stops at the
+/// first `Ok(false)` or error; `Ok(true)` when every message was handed on.
+pub(crate) fn messages<'a, E>(
+    events: &'a Events,
     context: &Context,
     backend: &str,
     now: u64,
     max: usize,
-    mut each: impl FnMut(Vec<u8>) -> Result<bool, E>,
+    mut each: impl FnMut(Message<'a>) -> Result<bool, E>,
 ) -> Result<bool, E> {
-    let mut batches = Batches::new(now, context.dp_rank, max);
-    let mut handed = false;
+    let encode = |event: &Event<'_>, out: &mut Vec<u8>| {
+        let (kind, tenant, key, medium) = *event;
+        let object = medium.map(|m| (key, m));
+        batch::full_event(out, context, backend, kind, tenant, object, now);
+    };
+    // How many events each message takes, from a bound of each event's bytes (the same
+    // event with an empty tenant and key, plus their bytes and a header of at most 5 bytes
+    // each), so that the messages are counted before the first is written.
+    let mut empty = HashMap::new();
+    let mut sizes = Vec::new();
+    let (mut bytes, mut in_part) = (0, 0);
     for (kind, tenant, key, medium) in events.iter() {
-        batches.push(|out| {
-            let object = medium.map(|m| (key, m));
-            batch::full_event(out, context, backend, kind, tenant, object, now);
+        let base = *empty.entry((kind, medium)).or_insert_with(|| {
+            let mut out = Vec::new();
+            encode(&(kind, &[][..], &[][..], medium), &mut out);
+            out.len()
         });
-        while let Some(part) = batches.take_part() {
-            handed = true;
-            if !each(part)? {
-                return Ok(false);
-            }
+        let size = |in_part: usize| {
+            let head = if in_part % MAX_EVENTS == 0 {
+                BATCH_OVERHEAD
+            } else {
+                0
+            };
+            head + base + tenant.len() + key.len() + 10
+        };
+        if in_part > 0 && bytes + size(in_part) > max {
+            sizes.push(in_part);
+            (bytes, in_part) = (0, 0);
         }
+        bytes += size(in_part);
+        in_part += 1;
     }
-    let mut rest = batches.finish();
-    if rest.is_empty() && !handed {
-        rest.push(batch::empty(now, context.dp_rank));
-    }
-    for part in rest {
-        if !each(part)? {
+    sizes.push(in_part);
+    let parts = sizes.len();
+    let mut all = events.iter();
+    for (part, size) in sizes.into_iter().enumerate() {
+        let events: Vec<Event<'a>> = all.by_ref().take(size).collect();
+        let mut batches = Batches::new(now, context.dp_rank);
+        for event in &events {
+            batches.push(|out| encode(event, out));
+        }
+        let mut payload = batches.finish();
+        if payload.is_empty() {
+            payload = batch::empty(now, context.dp_rank);
+        }
+        let message = Message {
+            part,
+            parts,
+            payload,
+            events,
+        };
+        if !each(message)? {
             return Ok(false);
         }
     }
@@ -190,8 +230,7 @@ fn walk(
     changes: &Changes,
     mut event: impl FnMut(Kind, &[u8], &[u8], Medium),
 ) {
-    let mut compare = |tenant: &[u8], key: &[u8]| {
-        let (before, after) = (held.get(tenant, key), truth.get(tenant, key));
+    let mut compare = |tenant: &[u8], key: &[u8], before: MediumSet, after: MediumSet| {
         for medium in before.minus(after).iter() {
             event(Kind::Removed, tenant, key, medium);
         }
@@ -206,19 +245,25 @@ fn walk(
         changes.cleared.iter().map(Vec::as_slice).collect()
     };
     for &tenant in &whole {
-        for key in held.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
-            compare(tenant, key);
+        let (before, after) = (held.tenant(tenant), truth.tenant(tenant));
+        for (key, media) in before.into_iter().flat_map(|o| o.iter()) {
+            let now = after.and_then(|o| o.get(key)).unwrap_or(MediumSet::EMPTY);
+            compare(tenant, key, media, now);
         }
-        for key in truth.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
-            if held.get(tenant, key).is_empty() {
-                compare(tenant, key);
+        for (key, media) in after.into_iter().flat_map(|o| o.iter()) {
+            if before
+                .and_then(|o| o.get(key))
+                .unwrap_or(MediumSet::EMPTY)
+                .is_empty()
+            {
+                compare(tenant, key, MediumSet::EMPTY, media);
             }
         }
     }
     for (tenant, keys) in &changes.objects {
         if !whole.contains(tenant.as_slice()) {
             for key in keys {
-                compare(tenant, key);
+                compare(tenant, key, held.get(tenant, key), truth.get(tenant, key));
             }
         }
     }
@@ -275,21 +320,35 @@ mod tests {
 
         let mut sizes = Vec::new();
         let mut applied = held.clone();
-        let all = messages(&events, &Context::default(), "s", 1, 40_000, |part| {
-            sizes.push(part.len());
-            for batch in checked(&part).expect("batches") {
+        let mut direct = crate::held::Held::new(false);
+        for (tenant, key, media) in held.iter() {
+            for medium in media.iter() {
+                direct.apply_events(&[(Kind::Stored, tenant, key, Some(medium))], 0);
+            }
+        }
+        let all = messages(&events, &Context::default(), "s", 1, 40_000, |message| {
+            assert_eq!(message.part, sizes.len());
+            sizes.push(message.payload.len());
+            let mut said = 0;
+            for batch in checked(&message.payload).expect("batches") {
                 assert!(batch.len() <= MAX_EVENTS);
                 for change in batch.changes() {
                     applied
                         .apply_change(&change)
                         .expect("an event the index takes");
+                    said += 1;
                 }
             }
+            assert_eq!(said, message.events.len());
+            direct.apply_events(&message.events, 1);
+            assert!(message.parts > 3);
             Ok::<_, ()>(true)
         });
         assert_eq!(all, Ok(true));
-        assert!(sizes.len() > 3 && sizes.iter().all(|&n| n <= 40_000));
+        assert!(sizes.iter().all(|&n| n <= 40_000), "{sizes:?}");
+        assert!(sizes[0] > 30_000, "messages are filled: {sizes:?}");
         assert_eq!(applied, truth, "the messages turn held into the truth");
+        assert_eq!(direct.index(), &truth, "as the events they carry do");
 
         // Stopping at a message hands on no more.
         let mut handed = 0;
@@ -302,8 +361,9 @@ mod tests {
         // No event: one empty batch.
         let none = Events::between(&truth, &truth, &Changes::everything(), false);
         let mut parts = Vec::new();
-        messages(&none, &Context::default(), "s", 1, 40_000, |p| {
-            parts.push(p);
+        messages(&none, &Context::default(), "s", 1, 40_000, |message| {
+            assert_eq!((message.part, message.parts), (0, 1));
+            parts.push(message.payload);
             Ok::<_, ()>(true)
         })
         .unwrap();

@@ -4,7 +4,8 @@
 //! log messages taken meanwhile wait, to be applied once the snapshot lets it go: the
 //! snapshot is encoded as it is sent, not copied.
 
-use crate::batch;
+use crate::batch::{self, Kind};
+use crate::diff::Event;
 use mooncake_kv_events::subscriber::{json_bytes, Index, DEFAULT_TENANT};
 use mooncake_kv_events::wire::{Change, Checked, Malformed};
 use mooncake_kv_events::{Medium, MediumSet};
@@ -83,6 +84,29 @@ impl Held {
                 let _ = index.apply_change(&change);
             }
         }
+    }
+
+    /// Applies the events of a difference's log message `stream_sequence`, as its batches
+    /// say them (a difference is written while no snapshot shares the fold: the messages
+    /// deferred before it are applied first, and the fold is copied only if one did).
+    pub(crate) fn apply_events(&mut self, events: &[Event<'_>], stream_sequence: u64) -> u64 {
+        self.settle();
+        let index = Arc::make_mut(&mut self.index);
+        for &(kind, tenant, key, medium) in events {
+            if self.tracks {
+                let object = (kind != Kind::Cleared).then_some(key);
+                mark(index, &mut self.dirty, tenant, object, stream_sequence);
+            }
+            match (kind, medium) {
+                (Kind::Cleared, _) => {
+                    index.clear(tenant);
+                }
+                (Kind::Stored, Some(medium)) => index.store(tenant, key, medium),
+                (Kind::Removed, Some(medium)) => index.remove(tenant, key, medium),
+                _ => {}
+            }
+        }
+        events.len() as u64
     }
 
     /// Applies the deferred messages once no snapshot shares the fold; returns whether the
@@ -192,19 +216,34 @@ fn touch(
     event: &Change<'_>,
     stream_sequence: u64,
 ) {
-    let Some(tenant) = event.tenant_id.bytes().map(tenant_name) else {
+    let Some(tenant) = event.tenant_id.bytes() else {
         return;
     };
     if event.event_type.bytes() == Some(b"cleared") {
-        for key in index
-            .tenant(tenant)
-            .into_iter()
-            .flat_map(|objects| objects.keys())
-        {
+        mark(index, dirty, tenant, None, stream_sequence);
+    } else if let Some(key) = event.object_key.bytes() {
+        mark(index, dirty, tenant, Some(key), stream_sequence);
+    }
+}
+
+/// Marks `object` of `tenant` as dirty, or with `None` every object `index` holds of it.
+fn mark(
+    index: &Index,
+    dirty: &mut HashMap<Object, u64>,
+    tenant: &[u8],
+    object: Option<&[u8]>,
+    stream_sequence: u64,
+) {
+    let tenant = tenant_name(tenant);
+    match object {
+        Some(key) => {
             dirty.insert((tenant.to_vec(), key.to_vec()), stream_sequence);
         }
-    } else if let Some(key) = event.object_key.bytes() {
-        dirty.insert((tenant.to_vec(), key.to_vec()), stream_sequence);
+        None => {
+            for key in index.tenant(tenant).into_iter().flat_map(|o| o.keys()) {
+                dirty.insert((tenant.to_vec(), key.to_vec()), stream_sequence);
+            }
+        }
     }
 }
 

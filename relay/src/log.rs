@@ -88,13 +88,15 @@ impl Log {
         }
     }
 
-    /// Appends `entry` on top of the last message known; on success applies it to `held`.
+    /// Appends `entry` on top of the last message known; on success `apply` applies it to
+    /// `held` (given its batches and stream sequence, returns how many events they hold).
     /// On a race lost or a duplicate, reads what is there instead ([`Log::read`]).
     pub(crate) fn append(
         &mut self,
         store: &mut impl Store,
         held: &mut Held,
         entry: Entry,
+        apply: impl FnOnce(&mut Held, &bytes::Bytes, u64) -> u64,
     ) -> Result<Written, StoreError> {
         let mut headers = vec![
             (INCARNATION, format!("{:016x}", entry.position.incarnation)),
@@ -115,8 +117,7 @@ impl Log {
         match store.append(&self.subject, message, self.last) {
             Ok(Appended::Written(sequence)) => {
                 self.in_doubt.clear();
-                // The relay wrote these batches itself: they are batches.
-                let events = held.apply(&payload, sequence).unwrap_or_default();
+                let events = apply(held, &payload, sequence);
                 self.last = sequence;
                 self.position = Some(entry.position);
                 Ok(Written::Yes(events))

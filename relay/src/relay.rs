@@ -505,7 +505,12 @@ impl<S: Source, T: Store> Relay<S, T> {
             part: None,
             payload,
         };
-        let appended = self.log.append(&mut self.store, &mut self.held, entry);
+        // The master's batches, which the follower took: they are batches.
+        let appended = self
+            .log
+            .append(&mut self.store, &mut self.held, entry, |held, p, at| {
+                held.apply(p, at).unwrap_or_default()
+            });
         self.retry_through = match &appended {
             Err(StoreError::Failed { .. }) => Some((p.incarnation, last)),
             _ => None,
@@ -551,29 +556,25 @@ impl<S: Source, T: Store> Relay<S, T> {
             .is_some_and(|p| p.incarnation != incarnation);
         let (held, truth) = (self.held.index(), self.source.index(i));
         let events = Events::between(held, truth, &self.changes[i], restarted);
-        let mut count = 0;
-        let _ = diff::messages(&events, &context, &backend, now, MAX_PAYLOAD, |_| {
-            count += 1;
-            Ok::<_, StoreError>(true)
-        });
         let base = self.log.last;
         let (log, store, held) = (&mut self.log, &mut self.store, &mut self.held);
-        let mut k = 0;
         let mut raced = None;
-        diff::messages(&events, &context, &backend, now, MAX_PAYLOAD, |payload| {
+        diff::messages(&events, &context, &backend, now, MAX_PAYLOAD, |message| {
             let entry = Entry {
-                id: diff_id(&backend, incarnation, next, base, k),
+                id: diff_id(&backend, incarnation, next, base, message.part),
                 position: Position {
                     incarnation,
                     next,
-                    complete: k + 1 == count,
+                    complete: message.part + 1 == message.parts,
                 },
                 kind: "diff",
-                part: Some((k + 1, count)),
-                payload,
+                part: Some((message.part + 1, message.parts)),
+                payload: message.payload,
             };
-            k += 1;
-            match log.append(store, held, entry)? {
+            // Its events, as the batches say them: not decoded back.
+            let apply =
+                |held: &mut Held, _: &bytes::Bytes, at| held.apply_events(&message.events, at);
+            match log.append(store, held, entry, apply)? {
                 Written::Yes(_) => Ok(true),
                 Written::ReadInstead(r) => {
                     raced = Some(r);

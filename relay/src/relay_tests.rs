@@ -94,7 +94,7 @@ impl Fake {
             block_size: Some(16),
             ..Context::default()
         };
-        let mut batches = Batches::new(now_ms(), 0, usize::MAX);
+        let mut batches = Batches::new(now_ms(), 0);
         for &(kind, tenant, key, medium) in changes {
             batches.push(|out| {
                 full_event(
@@ -108,7 +108,9 @@ impl Fake {
                 );
             });
         }
-        batches.finish().pop().unwrap_or_else(|| batch::empty(1, 0))
+        Some(batches.finish())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| batch::empty(1, 0))
     }
 
     fn apply(&mut self, i: usize, payload: &[u8]) {

@@ -22,7 +22,8 @@ const MIN_GARBAGE: usize = 1 << 16;
 #[derive(Clone, Default)]
 pub struct Objects {
     /// Each object written once: its media (one byte), its key's length (LEB128), its key.
-    /// A removed object's entry stays until the garbage is worth compacting.
+    /// A removed object's entry stays, its media zero, until the garbage is worth
+    /// compacting.
     entries: Vec<u8>,
     /// Where each object present starts in `entries`, hashed by its key.
     table: HashTable<usize>,
@@ -70,13 +71,17 @@ impl Objects {
             .map(|&at| MediumSet::from_bits(entries[at]))
     }
 
-    /// Every object: key and media, in no order.
+    /// Every object: key and media, in no order (the order they were first stored in,
+    /// read from one buffer front to back).
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], MediumSet)> + '_ {
-        self.table.iter().map(|&at| {
-            (
-                key_at(&self.entries, at),
-                MediumSet::from_bits(self.entries[at]),
-            )
+        let mut at = 0;
+        std::iter::from_fn(move || loop {
+            let media = *self.entries.get(at)?;
+            let key = key_range(&self.entries, at);
+            at = key.end;
+            if media != 0 {
+                return Some((&self.entries[key], MediumSet::from_bits(media)));
+            }
         })
     }
 
@@ -109,6 +114,7 @@ impl Objects {
                 let after = change(before);
                 if after.is_empty() {
                     found.remove();
+                    entries[at] = 0;
                     self.garbage += key_range(entries, at).end - at;
                     self.compact_if_worth();
                 } else {
