@@ -1,8 +1,8 @@
 //! A difference: the events that turn what the log holds into a publisher's state, written
 //! at a discontinuity. They are gathered first in a compact form (a kind, a medium, a
-//! tenant and a key each), then encoded a log message at a time as the messages are
-//! written: a difference of millions of events is never held encoded, and the fold the
-//! events were computed from may change as each message is applied to it.
+//! tenant and a key each), counted into log messages, then encoded a message at a time as
+//! the messages are written, over as many turns of the relay as it takes: a difference of
+//! millions of events is never held encoded, and the master is read between its messages.
 
 use crate::batch::{self, Batches, Context, Kind, BATCH_OVERHEAD, MAX_EVENTS};
 use mooncake_kv_events::subscriber::{Changes, Index};
@@ -13,9 +13,10 @@ use std::collections::{BTreeSet, HashMap};
 /// `cleared` before every `stored`.
 #[derive(Debug, Default)]
 pub(crate) struct Events {
-    /// The `removed` and `cleared` events, as [`Events::push`] writes them.
+    /// The `removed` and `cleared` events, as [`Events::push`] writes them; once gathered,
+    /// every event.
     removed: Vec<u8>,
-    /// The `stored` events.
+    /// The `stored` events while they are gathered.
     stored: Vec<u8>,
     /// The tenants the events name, by place.
     tenants: Vec<Vec<u8>>,
@@ -56,12 +57,9 @@ impl Events {
                 events.push(kind, tenant, key, Some(medium));
             }
         });
+        let stored = std::mem::take(&mut events.stored);
+        events.removed.extend_from_slice(&stored);
         events
-    }
-
-    /// How many events.
-    pub(crate) fn len(&self) -> u64 {
-        self.count
     }
 
     /// Records `[kind, medium][tenant's place: u32][key's length: u32][key]`, little-endian.
@@ -95,21 +93,23 @@ impl Events {
         self.count += 1;
     }
 
-    /// The events, in the order they are written.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = Event<'_>> + '_ {
+    /// The events from byte `at` of the records on, in the order they are written.
+    fn from(&self, at: usize) -> Records<'_> {
         Records {
-            bytes: &self.removed,
+            bytes: &self.removed[at..],
             tenants: &self.tenants,
         }
-        .chain(Records {
-            bytes: &self.stored,
-            tenants: &self.tenants,
-        })
+    }
+
+    /// Every event, in the order they are written.
+    #[cfg(test)]
+    pub(crate) fn iter(&self) -> Records<'_> {
+        self.from(0)
     }
 }
 
-/// The events of one of [`Events`]' lists.
-struct Records<'a> {
+/// Events, read from their records.
+pub(crate) struct Records<'a> {
     bytes: &'a [u8],
     tenants: &'a [Vec<u8>],
 }
@@ -150,74 +150,116 @@ pub(crate) struct Message<'a> {
     pub(crate) events: Vec<Event<'a>>,
 }
 
-/// Encodes `events` with every key a master's event has ([`batch::full_event`]) into log
-/// messages of at most `max` bytes of batches (one empty batch when there is no event: the
-/// log still notes the new position), handing each to `each` as it is encoded. Stops at the
-/// first `Ok(false)` or error; `Ok(true)` when every message was handed on.
-pub(crate) fn messages<'a, E>(
-    events: &'a Events,
-    context: &Context,
-    backend: &str,
+/// A difference to write: its events, with every key a master's event has
+/// ([`batch::full_event`]), in log messages of at most a given number of bytes of batches
+/// (one empty batch when there is no event: the log still notes the new position).
+#[derive(Debug)]
+pub(crate) struct Difference {
+    events: Events,
+    context: Context,
+    backend: String,
     now: u64,
-    max: usize,
-    mut each: impl FnMut(Message<'a>) -> Result<bool, E>,
-) -> Result<bool, E> {
-    let encode = |event: &Event<'_>, out: &mut Vec<u8>| {
+    /// How many events each message takes, counted before the first is written.
+    sizes: Vec<usize>,
+    /// Messages handed on so far.
+    part: usize,
+    /// Where the events of the next message start in the records.
+    at: usize,
+}
+
+impl Difference {
+    /// `events` in messages of at most `max` bytes of batches, stamped `now`.
+    pub(crate) fn new(
+        events: Events,
+        context: Context,
+        backend: String,
+        now: u64,
+        max: usize,
+    ) -> Difference {
+        let mut difference = Difference {
+            events,
+            context,
+            backend,
+            now,
+            sizes: Vec::new(),
+            part: 0,
+            at: 0,
+        };
+        difference.sizes = difference.count(max);
+        difference
+    }
+
+    /// How many events each message takes, from a bound of each event's bytes (the same
+    /// event with an empty tenant and key, plus their bytes and a header of at most 5 bytes
+    /// each).
+    fn count(&self, max: usize) -> Vec<usize> {
+        let mut empty = HashMap::new();
+        let mut sizes = Vec::new();
+        let (mut bytes, mut in_part) = (0, 0);
+        for (kind, tenant, key, medium) in self.events.from(0) {
+            let base = *empty.entry((kind, medium)).or_insert_with(|| {
+                let mut out = Vec::new();
+                self.encode(&(kind, &[][..], &[][..], medium), &mut out);
+                out.len()
+            });
+            let size = |in_part: usize| {
+                let head = if in_part % MAX_EVENTS == 0 {
+                    BATCH_OVERHEAD
+                } else {
+                    0
+                };
+                head + base + tenant.len() + key.len() + 10
+            };
+            if in_part > 0 && bytes + size(in_part) > max {
+                sizes.push(in_part);
+                (bytes, in_part) = (0, 0);
+            }
+            bytes += size(in_part);
+            in_part += 1;
+        }
+        sizes.push(in_part);
+        sizes
+    }
+
+    fn encode(&self, event: &Event<'_>, out: &mut Vec<u8>) {
         let (kind, tenant, key, medium) = *event;
         let object = medium.map(|m| (key, m));
-        batch::full_event(out, context, backend, kind, tenant, object, now);
-    };
-    // How many events each message takes, from a bound of each event's bytes (the same
-    // event with an empty tenant and key, plus their bytes and a header of at most 5 bytes
-    // each), so that the messages are counted before the first is written.
-    let mut empty = HashMap::new();
-    let mut sizes = Vec::new();
-    let (mut bytes, mut in_part) = (0, 0);
-    for (kind, tenant, key, medium) in events.iter() {
-        let base = *empty.entry((kind, medium)).or_insert_with(|| {
-            let mut out = Vec::new();
-            encode(&(kind, &[][..], &[][..], medium), &mut out);
-            out.len()
-        });
-        let size = |in_part: usize| {
-            let head = if in_part % MAX_EVENTS == 0 {
-                BATCH_OVERHEAD
-            } else {
-                0
-            };
-            head + base + tenant.len() + key.len() + 10
-        };
-        if in_part > 0 && bytes + size(in_part) > max {
-            sizes.push(in_part);
-            (bytes, in_part) = (0, 0);
-        }
-        bytes += size(in_part);
-        in_part += 1;
+        let (context, backend) = (&self.context, &self.backend);
+        batch::full_event(out, context, backend, kind, tenant, object, self.now);
     }
-    sizes.push(in_part);
-    let parts = sizes.len();
-    let mut all = events.iter();
-    for (part, size) in sizes.into_iter().enumerate() {
-        let events: Vec<Event<'a>> = all.by_ref().take(size).collect();
-        let mut batches = Batches::new(now, context.dp_rank);
+
+    /// How many events.
+    pub(crate) fn events(&self) -> u64 {
+        self.events.count
+    }
+
+    /// Whether every message was handed on.
+    pub(crate) fn done(&self) -> bool {
+        self.part == self.sizes.len()
+    }
+
+    /// The next message, encoded; `None` once every one was handed on.
+    pub(crate) fn next_message(&mut self) -> Option<Message<'_>> {
+        let size = *self.sizes.get(self.part)?;
+        let mut records = self.events.from(self.at);
+        let events: Vec<Event<'_>> = records.by_ref().take(size).collect();
+        let mut batches = Batches::new(self.now, self.context.dp_rank);
         for event in &events {
-            batches.push(|out| encode(event, out));
+            batches.push(|out| self.encode(event, out));
         }
         let mut payload = batches.finish();
         if payload.is_empty() {
-            payload = batch::empty(now, context.dp_rank);
+            payload = batch::empty(self.now, self.context.dp_rank);
         }
-        let message = Message {
-            part,
-            parts,
+        self.at = self.events.removed.len() - records.bytes.len();
+        self.part += 1;
+        Some(Message {
+            part: self.part - 1,
+            parts: self.sizes.len(),
             payload,
             events,
-        };
-        if !each(message)? {
-            return Ok(false);
-        }
+        })
     }
-    Ok(true)
 }
 
 /// Calls `event` for each change that turns `held` into `truth`, given that they can
@@ -316,7 +358,6 @@ mod tests {
         let kinds: Vec<Kind> = events.iter().map(|e| e.0).collect();
         let first_stored = kinds.iter().position(|k| *k == Kind::Stored).unwrap();
         assert!(kinds[first_stored..].iter().all(|k| *k == Kind::Stored));
-        assert_eq!(events.len(), kinds.len() as u64);
 
         let mut sizes = Vec::new();
         let mut applied = held.clone();
@@ -326,8 +367,12 @@ mod tests {
                 direct.apply_events(&[(Kind::Stored, tenant, key, Some(medium))], 0);
             }
         }
-        let all = messages(&events, &Context::default(), "s", 1, 40_000, |message| {
+        let total = kinds.len() as u64;
+        let mut difference = Difference::new(events, Context::default(), "s".into(), 1, 40_000);
+        assert_eq!(difference.events(), total);
+        while let Some(message) = difference.next_message() {
             assert_eq!(message.part, sizes.len());
+            assert!(message.parts > 3);
             sizes.push(message.payload.len());
             let mut said = 0;
             for batch in checked(&message.payload).expect("batches") {
@@ -341,32 +386,19 @@ mod tests {
             }
             assert_eq!(said, message.events.len());
             direct.apply_events(&message.events, 1);
-            assert!(message.parts > 3);
-            Ok::<_, ()>(true)
-        });
-        assert_eq!(all, Ok(true));
+        }
+        assert!(difference.done());
         assert!(sizes.iter().all(|&n| n <= 40_000), "{sizes:?}");
         assert!(sizes[0] > 30_000, "messages are filled: {sizes:?}");
         assert_eq!(applied, truth, "the messages turn held into the truth");
         assert_eq!(direct.index(), &truth, "as the events they carry do");
 
-        // Stopping at a message hands on no more.
-        let mut handed = 0;
-        let stopped = messages(&events, &Context::default(), "s", 1, 40_000, |_| {
-            handed += 1;
-            Ok::<_, ()>(handed < 2)
-        });
-        assert_eq!((stopped, handed), (Ok(false), 2));
-
         // No event: one empty batch.
         let none = Events::between(&truth, &truth, &Changes::everything(), false);
-        let mut parts = Vec::new();
-        messages(&none, &Context::default(), "s", 1, 40_000, |message| {
-            assert_eq!((message.part, message.parts), (0, 1));
-            parts.push(message.payload);
-            Ok::<_, ()>(true)
-        })
-        .unwrap();
-        assert_eq!(parts, [batch::empty(1, 0)]);
+        let mut none = Difference::new(none, Context::default(), "s".into(), 1, 40_000);
+        let message = none.next_message().expect("one message");
+        assert_eq!((message.part, message.parts), (0, 1));
+        assert_eq!(message.payload, batch::empty(1, 0));
+        assert!(none.next_message().is_none());
     }
 }

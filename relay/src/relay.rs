@@ -8,7 +8,7 @@
 use crate::batch::{self, Context, MAX_PAYLOAD};
 use crate::bucket::{self, Bucket};
 use crate::counters::RelayCounters;
-use crate::diff::{self, Events};
+use crate::diff::{Difference, Events};
 use crate::error::StoreError;
 use crate::held::Held;
 use crate::log::{Entry, Log, Position, Written};
@@ -98,6 +98,18 @@ struct Snapshots {
     writing: Option<(SnapshotMeta, u64, Instant)>,
 }
 
+/// A difference being written: to which state of which publisher, on top of which log
+/// message, and the changes it was computed from (noted again if it is given up).
+#[derive(Debug)]
+struct Writing {
+    difference: Difference,
+    upstream: usize,
+    incarnation: u64,
+    next: u64,
+    base: u64,
+    changes: Changes,
+}
+
 /// The relay.
 pub(crate) struct Relay<S: Source, T: Store> {
     pub(crate) source: S,
@@ -119,6 +131,11 @@ pub(crate) struct Relay<S: Source, T: Store> {
     retry_through: Option<(u64, u64)>,
     /// The master's context, per incarnation, for the events of differences.
     context: Option<(u64, Context)>,
+    /// A difference being written, a few messages a turn.
+    writing: Option<Writing>,
+    /// How long a turn writes before the follower reads again ([`WRITE_BUDGET`]); a turn
+    /// that writes writes one message at least.
+    budget: Duration,
     pub(crate) log: Log,
     following: Option<usize>,
     pub(crate) role: Role,
@@ -199,6 +216,8 @@ impl<S: Source, T: Store> Relay<S, T> {
             dropped: false,
             retry_through: None,
             context: None,
+            writing: None,
+            budget: WRITE_BUDGET,
             log,
             following: None,
             role: Role::Writer,
@@ -401,20 +420,31 @@ impl<S: Source, T: Store> Relay<S, T> {
     /// continue the log, else (a real discontinuity) the difference.
     fn write(&mut self) -> Result<(), StoreError> {
         self.backlog = false;
-        let Some(i) = self.upstream() else {
+        let upstream = self.upstream();
+        let status = upstream.map(|i| self.source.status(i));
+        let (Some(i), Some(incarnation), Some(next)) = (
+            upstream,
+            status.as_ref().and_then(|s| s.incarnation),
+            status.as_ref().and_then(|s| s.next_sequence),
+        ) else {
+            self.give_up_difference();
             return Ok(());
         };
-        let status = self.source.status(i);
-        let (Some(incarnation), Some(next)) = (status.incarnation, status.next_sequence) else {
-            return Ok(());
-        };
+        let started = Instant::now();
+        if let Some(w) = &self.writing {
+            if w.upstream != i || w.incarnation != incarnation {
+                self.give_up_difference();
+            } else {
+                return self.go_on_writing(started);
+            }
+        }
         // The log moves towards publisher `i`'s index, and away from the others'.
         for (j, changes) in self.changes.iter_mut().enumerate() {
             if j != i {
                 *changes = Changes::everything();
             }
         }
-        let started = Instant::now();
+        let mut forwarded = false;
         while let Some(p) = self.log.position.filter(|p| p.complete && !self.dropped) {
             // What the log holds already, and what another publisher applied, is not
             // written.
@@ -425,13 +455,14 @@ impl<S: Source, T: Store> Relay<S, T> {
             }
             match self.pending.front() {
                 Some(m) if m.incarnation == p.incarnation && m.sequence == p.next => {
-                    if started.elapsed() >= WRITE_BUDGET {
+                    if forwarded && started.elapsed() >= self.budget {
                         self.backlog = true;
                         return Ok(());
                     }
                     if !self.forward(i, p)? {
                         return Ok(());
                     }
+                    forwarded = true;
                 }
                 // The log is the index (or ahead of it: another writer's follower is).
                 None if p.incarnation == incarnation && p.next >= next => {
@@ -448,7 +479,8 @@ impl<S: Source, T: Store> Relay<S, T> {
             // a copy of the whole fold.
             return Ok(());
         }
-        self.difference(i, incarnation, next)
+        self.start_difference(i, incarnation, next);
+        self.go_on_writing(started)
     }
 
     /// Writes the messages at the head of the pending ones that continue the log at `p`,
@@ -539,63 +571,111 @@ impl<S: Source, T: Store> Relay<S, T> {
         }
     }
 
-    /// Writes the difference between what the log holds and publisher `i`'s state before
-    /// `next` ([`Events::between`]), in parts of at most [`MAX_PAYLOAD`] bytes of batches,
-    /// each encoded as it is written and applied to the fold once written. Only with the
-    /// truth at hand: publisher `i` in sync.
-    fn difference(&mut self, i: usize, incarnation: u64, next: u64) -> Result<(), StoreError> {
-        let now = now_ms();
+    /// Starts the difference between what the log holds and publisher `i`'s state before
+    /// `next` ([`Events::between`]), in messages of at most [`MAX_PAYLOAD`] bytes of
+    /// batches. Only with the truth at hand: publisher `i` in sync. The messages held are
+    /// in that state, and those applied from now on continue it.
+    fn start_difference(&mut self, i: usize, incarnation: u64, next: u64) {
         let context = match &self.context {
             Some((inc, context)) if *inc == incarnation => context.clone(),
             _ => Context::default(),
         };
-        let backend = self.options.backend.clone();
         let restarted = self
             .log
             .position
             .is_some_and(|p| p.incarnation != incarnation);
-        let (held, truth) = (self.held.index(), self.source.index(i));
-        let events = Events::between(held, truth, &self.changes[i], restarted);
-        let base = self.log.last;
+        let changes = std::mem::take(&mut self.changes[i]);
+        let events = Events::between(self.held.index(), self.source.index(i), &changes, restarted);
+        let backend = self.options.backend.clone();
+        let difference = Difference::new(events, context, backend, now_ms(), MAX_PAYLOAD);
+        self.writing = Some(Writing {
+            difference,
+            upstream: i,
+            incarnation,
+            next,
+            base: self.log.last,
+            changes,
+        });
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.dropped = false;
+    }
+
+    /// Writes the next messages of the difference being written, for up to the turn's
+    /// budget since `started`; each is applied to the fold from the events it
+    /// carries, not decoded back. A failure or a race gives the difference up.
+    fn go_on_writing(&mut self, started: Instant) -> Result<(), StoreError> {
+        let Some(w) = &mut self.writing else {
+            return Ok(());
+        };
         let (log, store, held) = (&mut self.log, &mut self.store, &mut self.held);
-        let mut raced = None;
-        diff::messages(&events, &context, &backend, now, MAX_PAYLOAD, |message| {
+        let outcome = loop {
+            let Some(message) = w.difference.next_message() else {
+                break Ok(None);
+            };
             let entry = Entry {
-                id: diff_id(&backend, incarnation, next, base, message.part),
+                id: diff_id(
+                    &self.options.backend,
+                    w.incarnation,
+                    w.next,
+                    w.base,
+                    message.part,
+                ),
                 position: Position {
-                    incarnation,
-                    next,
+                    incarnation: w.incarnation,
+                    next: w.next,
                     complete: message.part + 1 == message.parts,
                 },
                 kind: "diff",
                 part: Some((message.part + 1, message.parts)),
                 payload: message.payload,
             };
-            // Its events, as the batches say them: not decoded back.
-            let apply =
-                |held: &mut Held, _: &bytes::Bytes, at| held.apply_events(&message.events, at);
-            match log.append(store, held, entry, apply)? {
-                Written::Yes(_) => Ok(true),
-                Written::ReadInstead(r) => {
-                    raced = Some(r);
-                    Ok(false)
+            let events = &message.events;
+            match log.append(store, held, entry, |held, _, at| {
+                held.apply_events(events, at)
+            }) {
+                Ok(Written::Yes(n)) => {
+                    self.snapshots.events_since += n;
+                    self.snapshots.last_events = Instant::now();
                 }
+                Ok(Written::ReadInstead(raced)) => break Ok(Some(raced)),
+                Err(e) => break Err(e),
             }
-        })?;
-        if let Some(raced) = raced {
-            self.lost(raced);
-            return Ok(());
+            if w.difference.done() || started.elapsed() >= self.budget {
+                break Ok(None);
+            }
+        };
+        match outcome {
+            Ok(None) if w.difference.done() => {
+                self.wrote = true;
+                self.counters.diffs += 1;
+                self.counters.diff_events += w.difference.events();
+                self.writing = None;
+                Ok(())
+            }
+            Ok(None) => {
+                self.backlog = true;
+                Ok(())
+            }
+            Ok(Some(raced)) => {
+                self.give_up_difference();
+                self.lost(raced);
+                Ok(())
+            }
+            Err(e) => {
+                self.give_up_difference();
+                Err(e)
+            }
         }
-        self.changes[i] = Changes::default();
-        self.wrote = true;
-        self.counters.diffs += 1;
-        self.counters.diff_events += events.len();
-        self.snapshots.events_since += events.len();
-        self.snapshots.last_events = Instant::now();
-        self.pending.clear();
-        self.pending_bytes = 0;
-        self.dropped = false;
-        Ok(())
+    }
+
+    /// Gives up the difference being written, if any (its publisher is out of sync, another
+    /// wrote the log, NATS failed): the log stays incomplete, and the objects it was
+    /// computed from are compared again by the next.
+    fn give_up_difference(&mut self) {
+        if let Some(w) = self.writing.take() {
+            self.changes[w.upstream].merge(w.changes);
+        }
     }
 
     /// Another relay wrote the log meanwhile (or this one had, before a lost acknowledgement):

@@ -424,26 +424,70 @@ fn a_difference_of_many_messages_is_written_one_by_one_and_goes_on_after_a_failu
     );
     assert!(!relay.up_to_date());
 
-    // The next difference is what the first two parts left: no object stored twice.
+    // The next difference is what the first two parts left, written a message a turn; what
+    // the master sends meanwhile is read, and continues the log after it.
+    relay.budget = Duration::ZERO;
     relay.not_before = Instant::now();
     turn(&mut relay);
+    assert_eq!(memory.subject(SUBJECT).len(), 3, "one message a turn");
+    relay.source.publish(0, &[stored("t", "late")]);
+    for _ in 0..100 {
+        if relay.up_to_date() {
+            break;
+        }
+        turn(&mut relay);
+    }
+    assert!(relay.up_to_date());
     let log = memory.subject(SUBJECT);
     assert_eq!(fold(&log), relay.source.indexes[0]);
+    let kinds = kinds(&log);
+    assert_eq!(
+        kinds.last(),
+        Some(&"events"),
+        "the master's message, verbatim"
+    );
+    assert!(kinds[..kinds.len() - 1].iter().all(|k| *k == "diff"));
     let stored: usize = log
         .iter()
         .flat_map(|m| checked(&m.payload).unwrap())
         .map(|b| b.len())
         .sum();
-    assert_eq!(stored, 20_000);
-    assert_eq!(
-        log.last().unwrap().header(crate::log::PART).map(|p| {
-            let (k, n) = p.split_once('/').unwrap();
-            k == n
-        }),
-        Some(true)
-    );
+    assert_eq!(stored, 20_001, "no object written twice");
     assert_eq!(relay.counters.diffs, 1);
+}
+
+#[test]
+fn a_difference_is_given_up_when_its_publisher_falls_out_of_sync() {
+    let memory = Memory::default();
+    let mut fake = Fake::new(1);
+    let keys: Vec<String> = (0..20_000).map(|i| format!("object-{i:05}")).collect();
+    let objects: Vec<(&str, &str)> = keys.iter().map(|k| ("t", k.as_str())).collect();
+    fake.snapshot(0, 1, 0, &objects);
+    let mut relay = relay(fake, &memory, options());
+    relay.budget = Duration::ZERO;
+    turn(&mut relay);
+    assert_eq!(memory.subject(SUBJECT).len(), 1);
+    // A gap: the publisher is recovering, its index no longer the master's state.
+    relay.source.statuses[0].in_sync = false;
+    turn(&mut relay);
+    assert_eq!(
+        memory.subject(SUBJECT).len(),
+        1,
+        "nothing more of a stale state"
+    );
+    // Back, with a state of which the log's first message wrote a part.
+    let fewer: Vec<(&str, &str)> = objects[..5_000].to_vec();
+    relay.source.snapshot(0, 1, 50, &fewer);
+    for _ in 0..100 {
+        if relay.up_to_date() {
+            break;
+        }
+        turn(&mut relay);
+    }
     assert!(relay.up_to_date());
+    let log = memory.subject(SUBJECT);
+    assert_eq!(fold(&log), relay.source.indexes[0]);
+    assert_eq!(relay.counters.diffs, 1, "the one written whole");
 }
 
 #[test]
