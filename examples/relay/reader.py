@@ -12,7 +12,9 @@ batches. The snapshot's header `Kv-Events-Stream-Sequence` is the log message it
 the reader applies the snapshot, then every message of the subject after that one, with the
 same code. Each log message names the one before it on the subject
 (`Kv-Events-Previous`): when the first one it gets does not (the stream's retention removed
-what followed the snapshot), it loads the snapshot again. It never asks the master anything.
+what followed the snapshot), it loads the snapshot again; so it does, while it still
+catches up on the log, when a newer snapshot is written (after a burst, the log behind an
+old snapshot can hold far more than the new one). It never asks the master anything.
 
 On exit (`--duration`, SIGINT, SIGTERM) it writes what it holds as JSON lines, sorted by
 tenant then key, as `kv-events mirror --dump` does, and says on stderr how many objects it
@@ -79,6 +81,20 @@ def apply(state: dict, data: bytes, batches=None):
                 state.pop(tenant, None)
 
 
+def info_subject(bucket: str, name: str) -> str:
+    """The subject on which the Object Store says a snapshot was written or replaced."""
+    return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
+
+
+def stream_sequence(info: dict):
+    """The log message a snapshot's info (as the Object Store sends it) reflects, if it says."""
+    for field in ("headers", "metadata"):
+        value = (info.get(field) or {}).get("Kv-Events-Stream-Sequence")
+        if value:
+            return int(value[0] if isinstance(value, list) else value)
+    return None
+
+
 async def load_snapshot(client, bucket: str, name: str, state: dict) -> int:
     """Applies the snapshot `name` to `state`; returns the stream sequence it reflects (0
     when there is none)."""
@@ -107,12 +123,10 @@ async def load_snapshot(client, bucket: str, name: str, state: dict) -> int:
         # A snapshot replaced meanwhile has its chunks purged: the rest never comes. The
         # next info on the object's subject says so at once (and the info, read whenever
         # the chunks stop for a second, if that message is missed).
-        meta = f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
-
         async def on_info(_msg):
             done.set()
 
-        replaced = await client.subscribe(meta, cb=on_info)
+        replaced = await client.subscribe(info_subject(bucket, name), cb=on_info)
         if (await store.get_info(name)).nuid != info.nuid:
             done.set()
         sub = await js.subscribe(
@@ -174,6 +188,14 @@ async def follow(args) -> dict:
         if not seen["bootstrapped"] and msg.metadata.num_pending == 0:
             bootstrapped()
 
+    async def on_newer_snapshot(msg):
+        try:
+            sequence = stream_sequence(json.loads(msg.data))
+        except (ValueError, TypeError, AttributeError):
+            return
+        if not seen["bootstrapped"] and sequence and sequence > seen["last"]:
+            restart.set()
+
     async def once():
         """Loads the snapshot, then follows the log until told to stop or to start again."""
         state.clear()
@@ -204,6 +226,7 @@ async def follow(args) -> dict:
             except nats.errors.Error:
                 pass  # the server forgets the consumer by itself
 
+    await client.subscribe(info_subject(args.snapshots, name), cb=on_newer_snapshot)
     while not stop.is_set():
         try:
             await once()

@@ -10,6 +10,7 @@ mod bucket;
 mod counters;
 mod diff;
 mod error;
+mod heap;
 mod held;
 mod log;
 #[cfg(test)]
@@ -46,6 +47,8 @@ const LAST_WRITES: Duration = Duration::from_secs(10);
 const STILL_FAILING: Duration = Duration::from_secs(30);
 /// How long a start that NATS failed waits before it tries again.
 const RETRY: Duration = Duration::from_secs(1);
+/// How often freed memory is handed back to the system ([`heap::trim`]).
+const TRIM_EVERY: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let args = args::Args::parse();
@@ -247,6 +250,7 @@ fn follow<S: source::Source, T: store::Store>(
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
     let mut next_status = started + args.every;
+    let mut next_trim = started + TRIM_EVERY;
     // The failure being retried: what it said, since when, when last said.
     let mut failing: Option<(String, Instant, Instant)> = None;
     // stderr is not held locked: the NATS client's thread writes on it too.
@@ -300,6 +304,10 @@ fn follow<S: source::Source, T: store::Store>(
                     );
                 }
             }
+        }
+        if now >= next_trim {
+            heap::trim();
+            next_trim = now + TRIM_EVERY;
         }
         if now >= next_status {
             let _ = write!(
