@@ -38,9 +38,10 @@ use std::time::{Duration, Instant};
 /// signal is seen. The follower returns as soon as it applied a message.
 const TURN: Duration = Duration::from_millis(50);
 /// The follower's SUB socket's receive high-water mark: what it drops it recovers by a
-/// replay or a snapshot. The master's messages (about 4 KB at 64 events) not read yet take
-/// at most about 130 MB then, where a million took gigabytes while the relay lagged.
-const RCVHWM: i32 = 32_768;
+/// replay or a snapshot. The master's messages (4-8 KB at 64 events) not read yet take at
+/// most about 64 MB then, a second or two of a master flat out: a turn writes for 100 ms
+/// at most before the follower reads again.
+const RCVHWM: i32 = 8_192;
 /// How long the relay goes on writing at the end, for what came last.
 const LAST_WRITES: Duration = Duration::from_secs(10);
 /// How often a failure that goes on is said again.
@@ -222,9 +223,10 @@ fn start_once(
         rcvhwm: RCVHWM,
         track_changes: true,
         keep_applied: true,
-        // What the relay holds of its own beside it is bounded as much (MAX_PENDING_BYTES):
-        // a gigabyte of live messages held during a recovery is more than it is worth.
-        max_held_bytes: 256 << 20,
+        // Live messages held while a snapshot of the master loads: a master flat out fills
+        // this in about 2 s, and a snapshot taking longer than that loads again anyway;
+        // past it, memory spent for nothing (the relay's peak at 4.3 M objects).
+        max_held_bytes: 64 << 20,
         ..FollowOptions::default()
     };
     let follower =

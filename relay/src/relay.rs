@@ -34,7 +34,7 @@ const RETRY: Duration = Duration::from_secs(1);
 /// The most memory applied messages held may take while they cannot be written (NATS down
 /// or slow), counted by [`cost`]; past it they are dropped, and the log gets a difference
 /// instead.
-const MAX_PENDING_BYTES: usize = 256 << 20;
+const MAX_PENDING_BYTES: usize = 128 << 20;
 /// What one held message costs beside its payload's bytes: the message itself, its place
 /// in the queue, the allocator's header and rounding of the payload's allocation.
 const MESSAGE_OVERHEAD: usize = std::mem::size_of::<AppliedMessage>() + 32;
