@@ -1,8 +1,8 @@
 //! Giving freed memory back to the system. The relay's largest allocations come and go: a
 //! master's snapshot staged beside the index, the master's messages held while it loads, a
 //! difference's events. glibc's allocator keeps what is freed inside its heaps, so without
-//! this the process's resident memory stays at its peak long after (a relay at 1 M objects
-//! measured about 1 GB resident an hour after a burst of 4.3 M); `malloc_trim(3)` hands the
+//! this the process's resident memory stays near its peak long after (1 GB resident for 1 M
+//! objects after a burst to 4.3 M, measured; 95-136 MB trimmed); `malloc_trim(3)` hands the
 //! free pages back.
 
 /// Hands the free pages of every heap back to the system (glibc; elsewhere nothing).

@@ -39,17 +39,22 @@ use std::time::{Duration, Instant};
 const TURN: Duration = Duration::from_millis(50);
 /// The follower's SUB socket's receive high-water mark: what it drops it recovers by a
 /// replay or a snapshot. The master's messages (4-8 KB at 64 events) not read yet take at
-/// most about 64 MB then, a second or two of a master flat out: a turn writes for 100 ms
-/// at most before the follower reads again.
-const RCVHWM: i32 = 8_192;
+/// most about 130-260 MB then, where a million took gigabytes while the relay lagged: about
+/// 11 s of a master at 100,000 calls/s, which a relay sharing two cores with the master
+/// lags by at times (8,192 overflowed at 4 s, and the relay loaded the master's snapshot
+/// over and over).
+const RCVHWM: i32 = 32_768;
 /// How long the relay goes on writing at the end, for what came last.
 const LAST_WRITES: Duration = Duration::from_secs(10);
 /// How often a failure that goes on is said again.
 const STILL_FAILING: Duration = Duration::from_secs(30);
 /// How long a start that NATS failed waits before it tries again.
 const RETRY: Duration = Duration::from_secs(1);
-/// How often freed memory is handed back to the system ([`heap::trim`]).
-const TRIM_EVERY: Duration = Duration::from_secs(1);
+/// How long after the follower's news (a snapshot of the master loaded, a gap) or a
+/// difference written the relay hands freed memory back to the system ([`heap::trim`]):
+/// the large allocations go then, and trimming in steady state would only make the
+/// allocator fault its pages in again.
+const TRIM_AFTER: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
     let args = args::Args::parse();
@@ -252,13 +257,18 @@ fn follow<S: source::Source, T: store::Store>(
     let started = Instant::now();
     let deadline = args.duration.map(|d| started + d);
     let mut next_status = started + args.every;
-    let mut next_trim = started + TRIM_EVERY;
+    let mut trim_at: Option<Instant> = None;
+    let mut diffs = 0;
     // The failure being retried: what it said, since when, when last said.
     let mut failing: Option<(String, Instant, Instant)> = None;
     // stderr is not held locked: the NATS client's thread writes on it too.
     let err = std::io::stderr();
     while !stop_requested() && deadline.is_none_or(|d| Instant::now() < d) {
         let (notices, outcome) = relay.turn(TURN);
+        if !notices.is_empty() || relay.counters.diffs != diffs {
+            diffs = relay.counters.diffs;
+            trim_at.get_or_insert_with(|| Instant::now() + TRIM_AFTER);
+        }
         for notice in notices {
             let _ = writeln!(
                 err.lock(),
@@ -307,9 +317,9 @@ fn follow<S: source::Source, T: store::Store>(
                 }
             }
         }
-        if now >= next_trim {
+        if trim_at.is_some_and(|at| now >= at) {
             heap::trim();
-            next_trim = now + TRIM_EVERY;
+            trim_at = None;
         }
         if now >= next_status {
             let _ = write!(
