@@ -53,9 +53,13 @@ fn through(
     assert_eq!({ demo }.0.wait().unwrap().code(), Some(0));
     let expected = truth(&expected);
     assert_exact_at(&cluster.url(node), &expected, &[&log]);
+    let (held, said) = reader.stop_saying();
     assert!(
-        reader.stop() == expected,
-        "the reader that followed through the fault is not the truth"
+        held == expected,
+        "the reader that followed through the fault is not the truth: {} objects it lacks, {} \
+         it should not hold; it said:\n{said}",
+        expected.difference(&held).count(),
+        held.difference(&expected).count(),
     );
     drop(relay);
 }

@@ -773,7 +773,12 @@ impl Reader {
     }
 
     /// Stops it (SIGTERM) and returns the objects it held, after checking it exited well.
-    pub fn stop(mut self) -> BTreeSet<Object> {
+    pub fn stop(self) -> BTreeSet<Object> {
+        self.stop_saying().0
+    }
+
+    /// As [`Reader::stop`], with everything it said on stderr.
+    pub fn stop_saying(mut self) -> (BTreeSet<Object>, String) {
         use std::io::Read as _;
         self.process.signal(libc::SIGTERM);
         self.stderr
@@ -781,10 +786,11 @@ impl Reader {
             .expect("its stderr");
         let status = self.process.0.wait().expect("the reader exits");
         assert!(status.success(), "{}", self.said);
-        std::fs::read_to_string(&self.dump)
+        let objects = std::fs::read_to_string(&self.dump)
             .expect("its dump")
             .lines()
             .map(|line| object_of(&serde_json::from_str(line).expect("JSON")))
-            .collect()
+            .collect();
+        (objects, std::mem::take(&mut self.said))
     }
 }
