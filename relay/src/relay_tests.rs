@@ -188,6 +188,32 @@ fn snapshotting(memory: &Memory, objects: &[(&str, &str)]) -> Relay<Fake, Memory
     relay(fake, memory, every)
 }
 
+/// `object-00000`, `object-00001`, ...: `n` keys.
+fn object_keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("object-{i:05}")).collect()
+}
+
+/// A relay of a master holding `n` objects of tenant `t` (incarnation 1, next sequence 0):
+/// from an empty log, a difference of as many `stored`.
+fn relay_of_many(memory: &Memory, n: usize) -> Relay<Fake, Memory> {
+    let keys = object_keys(n);
+    let objects: Vec<(&str, &str)> = keys.iter().map(|k| ("t", k.as_str())).collect();
+    let mut fake = Fake::new(1);
+    fake.snapshot(0, 1, 0, &objects);
+    relay(fake, memory, options())
+}
+
+/// Turns until the log is up to date, 100 turns at most.
+fn turn_until_up_to_date(relay: &mut Relay<Fake, Memory>) {
+    for _ in 0..100 {
+        if relay.up_to_date() {
+            return;
+        }
+        turn(relay);
+    }
+    assert!(relay.up_to_date(), "not up to date after 100 turns");
+}
+
 fn turn(relay: &mut Relay<Fake, Memory>) {
     relay.turn(Duration::ZERO).1.expect("the store takes it");
 }
@@ -393,14 +419,11 @@ fn a_master_restarted_with_little_of_its_state_costs_a_cleared_not_a_removal_per
 #[test]
 fn a_difference_of_many_messages_is_written_one_by_one_and_goes_on_after_a_failure() {
     let memory = Memory::default();
-    let mut fake = Fake::new(1);
-    let keys: Vec<String> = (0..20_000).map(|i| format!("object-{i:05}")).collect();
-    let objects: Vec<(&str, &str)> = keys.iter().map(|k| ("t", k.as_str())).collect();
-    fake.snapshot(0, 1, 0, &objects);
-    let mut relay = relay(fake, &memory, options());
-    // NATS fails at the third message of the difference.
+    let mut relay = relay_of_many(&memory, 20_000);
+    // NATS fails at the third message of the difference (which a turn may not reach, on a
+    // loaded machine, within its budget).
     memory.shared.borrow_mut().fail_append_in = Some(2);
-    assert!(relay.turn(Duration::ZERO).1.is_err());
+    assert!((0..10).any(|_| relay.turn(Duration::ZERO).1.is_err()));
     let log = memory.subject(SUBJECT);
     let parts: Vec<&str> = log
         .iter()
@@ -431,13 +454,7 @@ fn a_difference_of_many_messages_is_written_one_by_one_and_goes_on_after_a_failu
     turn(&mut relay);
     assert_eq!(memory.subject(SUBJECT).len(), 3, "one message a turn");
     relay.source.publish(0, &[stored("t", "late")]);
-    for _ in 0..100 {
-        if relay.up_to_date() {
-            break;
-        }
-        turn(&mut relay);
-    }
-    assert!(relay.up_to_date());
+    turn_until_up_to_date(&mut relay);
     let log = memory.subject(SUBJECT);
     assert_eq!(fold(&log), relay.source.indexes[0]);
     let kinds = kinds(&log);
@@ -459,11 +476,7 @@ fn a_difference_of_many_messages_is_written_one_by_one_and_goes_on_after_a_failu
 #[test]
 fn a_difference_is_given_up_when_its_publisher_falls_out_of_sync() {
     let memory = Memory::default();
-    let mut fake = Fake::new(1);
-    let keys: Vec<String> = (0..20_000).map(|i| format!("object-{i:05}")).collect();
-    let objects: Vec<(&str, &str)> = keys.iter().map(|k| ("t", k.as_str())).collect();
-    fake.snapshot(0, 1, 0, &objects);
-    let mut relay = relay(fake, &memory, options());
+    let mut relay = relay_of_many(&memory, 20_000);
     relay.budget = Duration::ZERO;
     turn(&mut relay);
     assert_eq!(memory.subject(SUBJECT).len(), 1);
@@ -476,15 +489,10 @@ fn a_difference_is_given_up_when_its_publisher_falls_out_of_sync() {
         "nothing more of a stale state"
     );
     // Back, with a state of which the log's first message wrote a part.
-    let fewer: Vec<(&str, &str)> = objects[..5_000].to_vec();
+    let keys = object_keys(5_000);
+    let fewer: Vec<(&str, &str)> = keys.iter().map(|k| ("t", k.as_str())).collect();
     relay.source.snapshot(0, 1, 50, &fewer);
-    for _ in 0..100 {
-        if relay.up_to_date() {
-            break;
-        }
-        turn(&mut relay);
-    }
-    assert!(relay.up_to_date());
+    turn_until_up_to_date(&mut relay);
     let log = memory.subject(SUBJECT);
     assert_eq!(fold(&log), relay.source.indexes[0]);
     assert_eq!(relay.counters.diffs, 1, "the one written whole");
