@@ -38,12 +38,13 @@ use std::time::{Duration, Instant};
 /// signal is seen. The follower returns as soon as it applied a message.
 const TURN: Duration = Duration::from_millis(50);
 /// The follower's SUB socket's receive high-water mark: what it drops it recovers by a
-/// replay or a snapshot. The master's messages (4-8 KB at 64 events) not read yet take at
-/// most about 130-260 MB then, where a million took gigabytes while the relay lagged: about
-/// 11 s of a master at 100,000 calls/s, which a relay sharing two cores with the master
-/// lags by at times (8,192 overflowed at 4 s, and the relay loaded the master's snapshot
-/// over and over).
-const RCVHWM: i32 = 32_768;
+/// replay or a snapshot. It absorbs a turn that holds the follower back, and a turn is
+/// bounded (100 ms of writes; a difference's walk, under a second at millions of objects):
+/// 8,192 of the master's messages (4-8 KB at 64 events: 32-64 MB) are 3 s of a master at
+/// 100,000 calls/s. A relay slower than its master for longer overflows whatever the
+/// bound (32,768 did, 38 s into a run at 100,000 calls/s on two busy cores, 11 s behind;
+/// the relay's peak then held them all, 130-260 MB).
+const RCVHWM: i32 = 8_192;
 /// How long the relay goes on writing at the end, for what came last.
 const LAST_WRITES: Duration = Duration::from_secs(10);
 /// How often a failure that goes on is said again.
