@@ -14,7 +14,9 @@ same code. Each log message names the one before it on the subject
 (`Kv-Events-Previous`): when the first one it gets does not (the stream's retention removed
 what followed the snapshot), it loads the snapshot again; so it does, while it still
 catches up on the log, when a newer snapshot is written (after a burst, the log behind an
-old snapshot can hold far more than the new one). It never asks the master anything.
+old snapshot can hold far more than the new one), and when no log message came for 3 s
+while the log went on (a consumer lost with a cluster's node). It never asks the master
+anything.
 
 On exit (`--duration`, SIGINT, SIGTERM) it writes what it holds as JSON lines, sorted by
 tenant then key, as `kv-events mirror --dump` does, and says on stderr how many objects it
@@ -33,6 +35,9 @@ import time
 import msgpack
 import nats
 from nats.js.api import ConsumerConfig, DeliverPolicy
+
+# Seconds without a log message, while the log goes on, before the reader starts again.
+STALLED = 3
 
 
 def token(data: bytes) -> str:
@@ -164,7 +169,8 @@ async def follow(args) -> dict:
     js = client.jetstream(timeout=30)
     name = token(args.backend.encode())
     subject = f"kv-events.{name}"
-    state, seen = {}, {"last": 0, "messages": 0, "bootstrapped": False, "snapshot": 0}
+    state = {}
+    seen = {"last": 0, "messages": 0, "bootstrapped": False, "snapshot": 0, "heard": started}
     restart = asyncio.Event()
 
     def bootstrapped():
@@ -185,6 +191,7 @@ async def follow(args) -> dict:
         apply(state, msg.data)
         seen["last"] = msg.metadata.sequence.stream
         seen["messages"] += 1
+        seen["heard"] = time.monotonic()
         if not seen["bootstrapped"] and msg.metadata.num_pending == 0:
             bootstrapped()
 
@@ -200,6 +207,7 @@ async def follow(args) -> dict:
         """Loads the snapshot, then follows the log until told to stop or to start again."""
         state.clear()
         seen["last"] = seen["snapshot"] = await load_snapshot(client, args.snapshots, name, state)
+        seen["heard"] = time.monotonic()
         restart.clear()
         sub = await js.subscribe(
             subject,
@@ -226,7 +234,29 @@ async def follow(args) -> dict:
             except nats.errors.Error:
                 pass  # the server forgets the consumer by itself
 
+    async def watchdog():
+        """Starts again from the snapshot when the log holds messages past the last one
+        applied and none came for STALLED seconds: a consumer lost with the server that held
+        it (a cluster's node killed) is not always noticed by the client."""
+        while not stop.is_set():
+            await asyncio.sleep(1)
+            if time.monotonic() - seen["heard"] < STALLED:
+                continue
+            try:
+                last = (await js.get_last_msg(args.stream, subject)).seq
+            except (nats.errors.Error, asyncio.TimeoutError):
+                continue
+            if last > seen["last"]:
+                print(
+                    f"relay reader: no log message for {STALLED} s while the log goes on; "
+                    "starting again from the snapshot",
+                    file=sys.stderr,
+                )
+                seen["heard"] = time.monotonic()
+                restart.set()
+
     await client.subscribe(info_subject(args.snapshots, name), cb=on_newer_snapshot)
+    watching = asyncio.ensure_future(watchdog())
     while not stop.is_set():
         try:
             await once()
@@ -235,6 +265,7 @@ async def follow(args) -> dict:
             # snapshot once it answers (the client reconnects by itself).
             print(f"relay reader: {e!r}; starting again from the snapshot", file=sys.stderr)
             await asyncio.sleep(1)
+    watching.cancel()
     await client.close()
     print(
         f"relay reader: {sum(len(k) for k in state.values())} objects, "
