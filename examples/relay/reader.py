@@ -186,6 +186,12 @@ async def follow(args) -> dict:
     async def on_log(msg):
         previous = int((msg.headers or {}).get("Kv-Events-Previous", -1))
         if previous != seen["last"]:  # what followed the snapshot is gone: load it again
+            if not restart.is_set():
+                print(
+                    f"relay reader: log message {msg.metadata.sequence.stream} follows "
+                    f"{previous}, not {seen['last']}; starting again from the snapshot",
+                    file=sys.stderr,
+                )
             restart.set()
             return
         apply(state, msg.data)
@@ -243,9 +249,17 @@ async def follow(args) -> dict:
             if time.monotonic() - seen["heard"] < STALLED:
                 continue
             try:
-                last = (await js.get_last_msg(args.stream, subject)).seq
-            except (nats.errors.Error, asyncio.TimeoutError):
+                # Not the context's 30 s: a request that went to a killed leader is asked
+                # again of the next one.
+                last = (await asyncio.wait_for(js.get_last_msg(args.stream, subject), 2)).seq
+            # Whatever fails (NATS electing a leader, a reply it does not expect), the
+            # watchdog goes on: it is what notices a reader that stopped.
+            except Exception as e:  # noqa: BLE001
+                if repr(e) != seen.get("unchecked"):
+                    print(f"relay reader: cannot read where the log ends: {e!r}", file=sys.stderr)
+                seen["unchecked"] = repr(e)
                 continue
+            seen.pop("unchecked", None)
             if last > seen["last"]:
                 print(
                     f"relay reader: no log message for {STALLED} s while the log goes on; "
@@ -269,7 +283,7 @@ async def follow(args) -> dict:
     await client.close()
     print(
         f"relay reader: {sum(len(k) for k in state.values())} objects, "
-        f"{seen['messages']} log messages followed",
+        f"{seen['messages']} log messages followed (the last at stream sequence {seen['last']})",
         file=sys.stderr,
     )
     return state
